@@ -1,0 +1,145 @@
+"""The run file, `runs/<run_id>/run.yaml`: the one contract between a run's three processes.
+
+The environment process reads it with Atropos's own `--config` flag, which takes the `env:` and
+`openai:` sections and ignores the rest. The trainer reads `trainer:` (and `env:` for batch and
+group sizes). The supervisor reads `ports:` and `environment:`. No secret is ever written here:
+keys reach the processes through their environment.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+Backend = Literal["local", "tinker"]
+
+
+class EnvironmentRef(BaseModel):
+    """Which Atropos environment a run (or test) uses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    class_name: str
+    file_path: Path
+    project_root: Path
+
+
+class Ports(BaseModel):
+    """Ports on 127.0.0.1 chosen by the supervisor when the run starts (None until then)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api: int | None = None
+    inference: int | None = None
+
+
+class WandbSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    project: str = "mcp-rl"
+    entity: str | None = None
+    # The trainer and the environment share one W&B group named after the run.
+    group: str | None = None
+
+
+class TrainerSettings(BaseModel):
+    """Everything the trainer process needs besides the env section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Backend = "local"
+    # A local Hugging Face folder (local backend, and tokenizer for the env) or a Tinker model
+    # name such as "Qwen/Qwen3-8B" (tinker backend).
+    base_model: str
+    tokenizer_path: str | None = None
+    num_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=1, description="Sequences per training step (a multiple of group_size).")
+    group_size: int = Field(ge=1)
+    lora_rank: int = Field(default=8, ge=1)
+    learning_rate: float = Field(default=4e-5, gt=0)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    max_token_trainer_length: int = Field(default=2048, ge=16)
+    save_checkpoint_interval: int = Field(default=0, ge=0, description="0: only the final checkpoint.")
+    # Deadlines instead of waiting forever (upstream polled /batch with no end).
+    batch_wait_timeout_s: float = Field(default=600.0, gt=0)
+    api_unreachable_timeout_s: float = Field(default=60.0, gt=0)
+    seed: int = 0
+    resume: bool = True
+    wandb: WandbSettings = WandbSettings()
+
+
+class RunPaths(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: Path
+    logs_dir: Path
+    metrics: Path  # one JSON object per trainer step
+    checkpoints_dir: Path
+    checkpoints_index: Path  # checkpoints.jsonl: one line per saved checkpoint
+    trainer_status: Path  # trainer_status.json: phase, step, heartbeat time, final weights
+
+    @classmethod
+    def for_run(cls, run_dir: Path) -> RunPaths:
+        run_dir = run_dir.resolve()
+        return cls(
+            run_dir=run_dir,
+            logs_dir=run_dir / "logs",
+            metrics=run_dir / "metrics.jsonl",
+            checkpoints_dir=run_dir / "checkpoints",
+            checkpoints_index=run_dir / "checkpoints.jsonl",
+            trainer_status=run_dir / "trainer_status.json",
+        )
+
+
+class RunConfig(BaseModel):
+    """The whole run.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    environment: EnvironmentRef
+    paths: RunPaths
+    ports: Ports = Ports()
+    # Atropos BaseEnv config (--config merges it into the env's config_init() defaults).
+    env: dict[str, Any]
+    # Atropos APIServerConfig list: the trainer's own inference server.
+    openai: list[dict[str, Any]]
+    trainer: TrainerSettings
+
+    @classmethod
+    def load(cls, path: Path) -> RunConfig:
+        with open(path, encoding="utf-8") as fh:
+            return cls.model_validate(yaml.safe_load(fh))
+
+    def dump(self, path: Path) -> None:
+        """Write atomically, so a reader never sees half a file."""
+        write_text_atomic(path, yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+
+    def with_ports(self, api: int, inference: int) -> RunConfig:
+        """The same run bound to concrete ports: every URL the processes use follows them."""
+        env = dict(self.env, rollout_server_url=f"http://127.0.0.1:{api}")
+        openai = [dict(server, base_url=f"http://127.0.0.1:{inference}/v1") for server in self.openai]
+        return self.model_copy(update={"ports": Ports(api=api, inference=inference), "env": env, "openai": openai})
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

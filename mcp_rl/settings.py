@@ -1,0 +1,164 @@
+"""Settings: environment variables, the state directory and where things live in it.
+
+Everything the rest of mcp-rl needs to know about the machine comes through one `Settings`
+object, built once (by the server's lifespan, the CLI, the supervisor or the trainer) and passed
+down explicitly. Secrets are held as `SecretStr` so an accidental `repr` or log line shows
+`**********`, and they are handed to child processes only through their environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, SecretStr
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# Names of the secrets we read. They may reach a child's environment, never argv, logs or files.
+SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN")
+
+
+def configs_dir() -> Path:
+    """The folder of shipped YAML configs: inside the wheel, or the checkout's `configs/`."""
+    packaged = PACKAGE_DIR / "configs"
+    return packaged if packaged.is_dir() else PACKAGE_DIR.parent / "configs"
+
+
+def bundled_environments_dir() -> Path:
+    return PACKAGE_DIR / "environments" / "bundled"
+
+
+def _paths(value: str | None) -> list[Path]:
+    if not value:
+        return []
+    return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
+
+
+def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
+    value = env.get(name, "").strip()
+    return SecretStr(value) if value else None
+
+
+class Settings(BaseModel):
+    """What mcp-rl reads from its environment. Build with `Settings.from_env()`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    home: Path
+    env_paths: list[Path] = []
+    # The original rate-limited rl_check_status to once per 30 minutes per run; 0 disables.
+    status_min_interval_s: float = 1800.0
+    introspect_timeout_s: float = 120.0
+    # A local Hugging Face model folder to use instead of the embedded default model.
+    model_path: Path | None = None
+
+    tinker_api_key: SecretStr | None = None
+    tinker_base_url: str | None = None
+    wandb_api_key: SecretStr | None = None
+    wandb_entity: str | None = None
+    wandb_project: str | None = None
+    wandb_mode: str | None = None
+    openrouter_api_key: SecretStr | None = None
+    openrouter_base_url: str = "https://openrouter.ai/api/v1"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        home = Path(env.get("MCP_RL_HOME") or Path.home() / ".mcp-rl").expanduser()
+        model = env.get("MCP_RL_MODEL")
+        return cls(
+            home=home.resolve(),
+            env_paths=_paths(env.get("MCP_RL_ENV_PATHS")),
+            status_min_interval_s=_float(env, "MCP_RL_STATUS_MIN_INTERVAL", 1800.0),
+            introspect_timeout_s=_float(env, "MCP_RL_INTROSPECT_TIMEOUT", 120.0),
+            model_path=Path(model).expanduser().resolve() if model else None,
+            tinker_api_key=_secret(env, "TINKER_API_KEY"),
+            tinker_base_url=env.get("TINKER_BASE_URL") or None,
+            wandb_api_key=_secret(env, "WANDB_API_KEY"),
+            wandb_entity=env.get("WANDB_ENTITY") or None,
+            wandb_project=env.get("WANDB_PROJECT") or None,
+            wandb_mode=env.get("WANDB_MODE") or None,
+            openrouter_api_key=_secret(env, "OPENROUTER_API_KEY"),
+            openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
+        )
+
+    # --- the state directory -------------------------------------------------------------
+    @property
+    def state_db(self) -> Path:
+        return self.home / "state.db"
+
+    @property
+    def session_file(self) -> Path:
+        return self.home / "session.json"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.home / "tests"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    def ensure_home(self) -> None:
+        for path in (self.home, self.runs_dir, self.tests_dir, self.models_dir, self.cache_dir):
+            path.mkdir(parents=True, exist_ok=True)
+
+    # --- derived facts -------------------------------------------------------------------
+    @property
+    def wandb_enabled(self) -> bool:
+        """W&B logs online only with a key; offline mode needs none. Never required."""
+        if self.wandb_mode in ("disabled",):
+            return False
+        return self.wandb_api_key is not None or self.wandb_mode == "offline"
+
+    @property
+    def default_backend(self) -> str:
+        return "tinker" if self.tinker_api_key is not None else "local"
+
+    def environment_dirs(self) -> list[Path]:
+        """Folders scanned for environments: the bundled one first, then MCP_RL_ENV_PATHS."""
+        return [bundled_environments_dir(), *self.env_paths]
+
+    def child_env(self, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+        """Environment for a child process: the parent's, our settings, and secrets by name only.
+
+        Secrets travel here and nowhere else (never argv). Hub access is switched off because
+        nothing may be downloaded at run time.
+        """
+        env = dict(os.environ if base is None else base)
+        env["MCP_RL_HOME"] = str(self.home)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env["PYTHONUNBUFFERED"] = "1"
+        if not self.wandb_enabled:
+            env["WANDB_MODE"] = "disabled"
+        for name, secret in (
+            ("TINKER_API_KEY", self.tinker_api_key),
+            ("WANDB_API_KEY", self.wandb_api_key),
+            ("OPENROUTER_API_KEY", self.openrouter_api_key),
+        ):
+            if secret is not None:
+                env[name] = secret.get_secret_value()
+        env.update(extra)
+        return env
