@@ -1,0 +1,461 @@
+"""The session's configuration: selected environment, typed edits, locked fields, run.yaml.
+
+Three layers make a run's config, lowest first:
+  1. the environment's own `config_init()` values (read by introspection),
+  2. the agent's edits (`rl_edit_config`), validated against the environment's config class,
+  3. locked infrastructure fields from `configs/locked.yaml`, which edits can never touch.
+Run options (backend, model, steps, batch size, LoRA rank, learning rate, ...) sit beside them,
+with per-backend defaults from `configs/run_options.yaml`.
+
+The session lives in `session.json` in the state directory, so a restarted server continues
+where the last one stopped. Every change is a read-modify-write under an exclusive file lock
+with an atomic replace, so concurrent servers never corrupt it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fcntl
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mcp_rl.environments.discovery import EnvironmentInfo
+from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
+from mcp_rl.errors import NotFound, UserError
+from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings, write_text_atomic
+from mcp_rl.settings import Settings, configs_dir
+
+DERIVED = "derived"
+BackendChoice = Literal["auto", "local", "tinker"]
+
+
+# --- run options ---------------------------------------------------------------------------
+class RunOptions(BaseModel):
+    """Run-level settings the agent may edit; defaults depend on the backend."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    backend: BackendChoice = Field("auto", description="auto: tinker when TINKER_API_KEY is set, else local.")
+    base_model: str = Field(
+        description='local: "default" (embedded SmolLM2-135M-Instruct) or a local Hugging Face model folder; '
+        "tinker: a Tinker model name such as Qwen/Qwen3-8B."
+    )
+    total_steps: int = Field(ge=1, le=1_000_000, description="Training steps (batches) in the run.")
+    batch_size: int = Field(ge=1, le=65_536, description="Sequences per step; a multiple of group_size.")
+    lora_rank: int = Field(ge=1, le=512, description="LoRA rank.")
+    learning_rate: float = Field(gt=0, le=1, description="Adam learning rate.")
+    adam_beta1: float = Field(ge=0, lt=1, description="Adam beta1.")
+    adam_beta2: float = Field(ge=0, lt=1, description="Adam beta2.")
+    max_token_trainer_length: int = Field(ge=16, le=1_000_000, description="Longest sequence the trainer takes.")
+    save_checkpoint_interval: int = Field(ge=0, description="Save a resumable checkpoint every N steps (0: final only).")
+    wandb_project: str = Field(min_length=1, description="W&B project (used when W&B is configured).")
+
+
+RUN_OPTION_NAMES = tuple(RunOptions.model_fields)
+
+
+@lru_cache(maxsize=1)
+def _yaml(name: str) -> dict[str, Any]:
+    with open(configs_dir() / name, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def effective_backend(settings: Settings, choice: str) -> Literal["local", "tinker"]:
+    if choice == "auto":
+        return "tinker" if settings.default_backend == "tinker" else "local"
+    return "tinker" if choice == "tinker" else "local"
+
+
+def run_option_defaults(settings: Settings, backend: str) -> dict[str, Any]:
+    defaults = dict(_yaml("run_options.yaml")[backend])
+    if settings.wandb_project:
+        defaults["wandb_project"] = settings.wandb_project
+    return defaults
+
+
+def resolve_run_options(settings: Settings, edits: dict[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
+    """The effective run options and the defaults they were built on."""
+    backend = effective_backend(settings, edits.get("backend", "auto"))
+    defaults = {"backend": "auto", **run_option_defaults(settings, backend)}
+    return RunOptions.model_validate({**defaults, **edits}), defaults
+
+
+# --- locked fields --------------------------------------------------------------------------
+class LockedFields(BaseModel):
+    env: dict[str, Any]
+    openai: dict[str, Any]
+
+
+def locked_fields(backend: str) -> LockedFields:
+    raw = _yaml("locked.yaml")
+    profile = (raw.get("profiles") or {}).get(backend) or {}
+    return LockedFields(
+        env={**raw.get("env", {}), **profile.get("env", {})},
+        openai={**raw.get("openai", {}), **profile.get("openai", {})},
+    )
+
+
+# --- the session ----------------------------------------------------------------------------
+class Session(BaseModel):
+    """What one agent has chosen so far. Persisted as session.json."""
+
+    environment: EnvironmentRef | None = None
+    edits: dict[str, Any] = {}
+    run_options: dict[str, Any] = {}
+    selected_at: float | None = None
+
+
+class SessionStore:
+    def __init__(self, settings: Settings) -> None:
+        self._path = settings.session_file
+        self._lock_path = settings.session_file.with_suffix(".lock")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read_unlocked(self) -> Session:
+        try:
+            return Session.model_validate_json(self._path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return Session()
+        except ValueError:
+            # Never lose it silently: keep the damaged file beside the fresh session.
+            self._path.replace(self._path.with_suffix(f".damaged-{int(time.time())}.json"))
+            return Session()
+
+    def read(self) -> Session:
+        with self._locked():
+            return self._read_unlocked()
+
+    def update(self, change: Callable[[Session], Session]) -> Session:
+        """Apply `change` to the current session atomically; if it raises, nothing is written."""
+        with self._locked():
+            new = change(self._read_unlocked())
+            write_text_atomic(self._path, new.model_dump_json(indent=2))
+            return new
+
+
+# --- reading the current config -------------------------------------------------------------
+class ConfigurableField(BaseModel):
+    name: str
+    type: str
+    default: Any = None
+    description: str = ""
+    current_value: Any = None
+
+
+class LockedField(BaseModel):
+    name: str
+    locked_value: Any
+    description: str = ""
+
+
+class CurrentConfig(BaseModel):
+    environment: str
+    backend: Literal["local", "tinker"]
+    config_class: str
+    config_source: str = Field(description="config_init, or fallback (BaseEnvConfig defaults) with the reason")
+    fallback_reason: str | None = None
+    configurable_fields: list[ConfigurableField]
+    locked_fields: list[LockedField]
+    run_options: list[ConfigurableField]
+    tip: str
+
+
+def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> CurrentConfig:
+    assert session.environment is not None
+    options, defaults = resolve_run_options(settings, session.run_options)
+    backend = effective_backend(settings, options.backend)
+    locked = locked_fields(backend)
+    configurable = [
+        ConfigurableField(
+            name=f.name,
+            type=f.type,
+            default=f.initial,
+            description=f.description,
+            current_value=session.edits.get(f.name, f.initial),
+        )
+        for f in spec.fields
+        if f.name not in locked.env
+    ]
+    locked_list = [
+        LockedField(name=name, locked_value=value, description=_field_description(spec, name))
+        for name, value in locked.env.items()
+    ] + [LockedField(name=f"openai.{name}", locked_value=value) for name, value in locked.openai.items()]
+    option_list = [
+        ConfigurableField(
+            name=name,
+            type=_option_type(name),
+            default=defaults.get(name),
+            description=RunOptions.model_fields[name].description or "",
+            current_value=getattr(options, name),
+        )
+        for name in RUN_OPTION_NAMES
+    ]
+    return CurrentConfig(
+        environment=session.environment.name,
+        backend=backend,
+        config_class=spec.config_class,
+        config_source=spec.source,
+        fallback_reason=spec.fallback_reason,
+        configurable_fields=configurable,
+        locked_fields=locked_list,
+        run_options=option_list,
+        tip=(
+            "Change a configurable field or run option with rl_edit_config(field, value). Locked fields "
+            "are set by the infrastructure ('derived' ones when the run starts). Shorter runs: lower "
+            "total_steps; group_size must divide batch_size."
+        ),
+    )
+
+
+def _field_description(spec: ConfigSpec, name: str) -> str:
+    field = spec.field(name)
+    return field.description if field else ""
+
+
+def _option_type(name: str) -> str:
+    annotation = RunOptions.model_fields[name].annotation
+    return getattr(annotation, "__name__", str(annotation))
+
+
+# --- editing --------------------------------------------------------------------------------
+class EditResult(BaseModel):
+    message: str
+    field: str
+    value: Any
+    previous_value: Any = None
+    kind: Literal["environment", "run_option"]
+
+
+def _coerce(value: Any) -> Any:
+    """Agents often send numbers and booleans as strings; read them as JSON/YAML scalars."""
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+    return value
+
+
+def _validate_field(spec: FieldSpec, value: Any) -> Any:
+    import jsonschema  # only needed when editing; keeps server start-up light
+
+    validator = jsonschema.Draft202012Validator(spec.json_schema)
+    candidates = [value]
+    coerced = _coerce(value)
+    if coerced is not value and coerced != value:
+        candidates.append(coerced)
+    first_error: str | None = None
+    for candidate in candidates:
+        errors = sorted(validator.iter_errors(candidate), key=lambda e: e.path)
+        if not errors:
+            return candidate
+        if first_error is None:
+            first_error = errors[0].message
+    expected = spec.type or spec.json_schema.get("type", "?")
+    raise UserError(f"Invalid value {value!r} for {spec.name} (type {expected}): {first_error}. Nothing was changed.")
+
+
+def _check_group_vs_batch(group_size: Any, batch_size: Any) -> None:
+    if not isinstance(group_size, int) or not isinstance(batch_size, int):
+        return
+    if group_size < 2:
+        raise UserError(f"group_size must be at least 2 (got {group_size}): GRPO compares answers within a group.")
+    if batch_size % group_size != 0:
+        raise UserError(
+            f"batch_size ({batch_size}) must be a multiple of group_size ({group_size}). "
+            "Change one of them so the other divides it. Nothing was changed."
+        )
+
+
+def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field: str, value: Any) -> EditResult:
+    """Validate one edit and persist it; on any error nothing changes."""
+
+    result: dict[str, EditResult] = {}
+
+    def change(session: Session) -> Session:
+        if session.environment is None:
+            raise UserError("No environment selected. Call rl_select_environment(name) first.")
+        options, _ = resolve_run_options(settings, session.run_options)
+        backend = effective_backend(settings, options.backend)
+        locked = locked_fields(backend)
+        if field in RUN_OPTION_NAMES:
+            new_options = dict(session.run_options)
+            new_options[field] = _coerce(value) if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend") else value
+            try:
+                resolved, _ = resolve_run_options(settings, new_options)
+            except ValidationError as exc:
+                detail = "; ".join(err["msg"] for err in exc.errors())
+                raise UserError(f"Invalid value {value!r} for run option {field}: {detail}. Nothing was changed.") from None
+            group = session.edits.get("group_size", _initial(spec, "group_size"))
+            _check_group_vs_batch(group, resolved.batch_size)
+            if field == "base_model":
+                _check_base_model(settings, resolved)
+            previous = getattr(options, field)
+            result["r"] = EditResult(
+                message=f"Run option {field} set to {getattr(resolved, field)!r}.",
+                field=field,
+                value=getattr(resolved, field),
+                previous_value=previous,
+                kind="run_option",
+            )
+            return session.model_copy(update={"run_options": new_options})
+        if field in locked.env or (field.startswith("openai.") and field[7:] in locked.openai):
+            locked_value = locked.env.get(field, locked.openai.get(field[7:]))
+            raise UserError(
+                f"{field} is locked (value: {locked_value!r}); the infrastructure sets it. "
+                "Editable fields are listed by rl_get_current_config. Nothing was changed."
+            )
+        field_spec = spec.field(field)
+        if field_spec is None:
+            editable = [f.name for f in spec.fields if f.name not in locked.env] + list(RUN_OPTION_NAMES)
+            close = difflib.get_close_matches(field, editable, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise NotFound(
+                f"Unknown field {field!r} for {session.environment.name}.{hint} "
+                f"Editable fields: {', '.join(sorted(editable))}."
+            )
+        checked = _validate_field(field_spec, value)
+        if field == "group_size":
+            _check_group_vs_batch(checked, options.batch_size)
+        previous = session.edits.get(field, field_spec.initial)
+        edits = dict(session.edits)
+        edits[field] = checked
+        result["r"] = EditResult(
+            message=f"{field} set to {checked!r} (was {previous!r}).",
+            field=field,
+            value=checked,
+            previous_value=previous,
+            kind="environment",
+        )
+        return session.model_copy(update={"edits": edits})
+
+    store.update(change)
+    return result["r"]
+
+
+def _initial(spec: ConfigSpec, name: str) -> Any:
+    field = spec.field(name)
+    return field.initial if field else None
+
+
+def local_model_location(settings: Settings, base_model: str) -> Path:
+    """Where a local-backend model lives (the default one is converted there before training)."""
+    if base_model == "default":
+        return settings.model_path or settings.models_dir / "SmolLM2-135M-Instruct"
+    return Path(base_model).expanduser().resolve()
+
+
+def _check_base_model(settings: Settings, options: RunOptions) -> None:
+    backend = effective_backend(settings, options.backend)
+    if backend == "local" and options.base_model != "default":
+        folder = Path(options.base_model).expanduser()
+        if not (folder / "config.json").is_file():
+            raise UserError(
+                f"base_model {options.base_model!r} is not a local Hugging Face model folder (no config.json). "
+                'Use "default" for the embedded SmolLM2-135M-Instruct or give the path of a model folder. '
+                "Nothing is downloaded from a hub."
+            )
+
+
+# --- selecting ------------------------------------------------------------------------------
+def select_environment(store: SessionStore, env: EnvironmentInfo) -> Session:
+    """Select an environment: edits reset to its own defaults, run options are kept."""
+    ref = EnvironmentRef(
+        name=env.name, class_name=env.class_name, file_path=env.file_path, project_root=env.project_root
+    )
+    return store.update(lambda s: s.model_copy(update={"environment": ref, "edits": {}, "selected_at": time.time()}))
+
+
+def unknown_environment(name: str, available: list[str]) -> NotFound:
+    close = difflib.get_close_matches(name, available, n=1, cutoff=0.4)
+    hint = f" Closest match: {close[0]!r}." if close else ""
+    listing = ", ".join(available) if available else "(none found; check MCP_RL_ENV_PATHS)"
+    return NotFound(f"Unknown environment {name!r}.{hint} Available: {listing}.")
+
+
+# --- rendering run.yaml ---------------------------------------------------------------------
+def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run_id: str) -> RunConfig:
+    """The exact config a run's three processes get (ports are filled in by the supervisor)."""
+    if session.environment is None:
+        raise UserError("No environment selected. Call rl_select_environment(name) first.")
+    options, _ = resolve_run_options(settings, session.run_options)
+    backend = effective_backend(settings, options.backend)
+    if backend == "tinker" and settings.tinker_api_key is None:
+        raise UserError("backend is 'tinker' but TINKER_API_KEY is not set. Set the key, or rl_edit_config('backend', 'local').")
+    if backend == "local" and importlib.util.find_spec("torch") is None:
+        raise UserError("The local backend needs torch: pip install 'mcp-rl[local]' (CPU build: torch==2.13.0).")
+    _check_base_model(settings, options)
+    env_values = {**spec.initial_values, **session.edits}
+    group_size = env_values.get("group_size")
+    _check_group_vs_batch(group_size, options.batch_size)
+    if isinstance(group_size, int) and group_size > options.batch_size:
+        raise UserError(f"group_size ({group_size}) is larger than batch_size ({options.batch_size}).")
+
+    model_ref = str(local_model_location(settings, options.base_model)) if backend == "local" else options.base_model
+    locked = locked_fields(backend)
+    derived_env = {
+        "tokenizer_name": model_ref,
+        "rollout_server_url": None,  # set by RunConfig.with_ports when the supervisor picks ports
+        "use_wandb": settings.wandb_enabled,
+        "wandb_name": f"{session.environment.name}-{run_id}",
+        "total_steps": options.total_steps,
+        "batch_size": options.batch_size,
+        "data_path_to_save_groups": None,
+    }
+    for name, value in locked.env.items():
+        env_values[name] = derived_env[name] if value == DERIVED else value
+    known = {f.name for f in spec.fields}
+    env_section = {k: v for k, v in env_values.items() if k in known}
+    derived_openai = {"model_name": model_ref, "base_url": None}
+    server = {name: derived_openai[name] if value == DERIVED else value for name, value in locked.openai.items()}
+    server["tokenizer_name"] = model_ref
+    run_dir = settings.runs_dir / run_id
+    return RunConfig(
+        run_id=run_id,
+        environment=session.environment,
+        paths=RunPaths.for_run(run_dir),
+        env=env_section,
+        openai=[server],
+        trainer=TrainerSettings(
+            backend=backend,
+            base_model=model_ref,
+            tokenizer_path=model_ref if backend == "local" else None,
+            num_steps=options.total_steps,
+            batch_size=options.batch_size,
+            group_size=int(group_size) if isinstance(group_size, int) else 2,
+            lora_rank=options.lora_rank,
+            learning_rate=options.learning_rate,
+            adam_beta1=options.adam_beta1,
+            adam_beta2=options.adam_beta2,
+            max_token_trainer_length=options.max_token_trainer_length,
+            save_checkpoint_interval=options.save_checkpoint_interval,
+            wandb=WandbSettings(
+                enabled=settings.wandb_enabled,
+                project=options.wandb_project,
+                entity=settings.wandb_entity,
+                group=run_id,
+            ),
+        ),
+    )
+
+
+def snapshot_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

@@ -1,0 +1,1 @@
+"""Environments: discovery (source scan), config introspection (child process) and bundled ones."""

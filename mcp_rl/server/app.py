@@ -1,0 +1,73 @@
+"""Builds the MCP server: one `AppState` per server process, handed to each tool module.
+
+Every tool module has `register(mcp, state)`; it closes over `state` instead of reading globals,
+so two servers in one process (tests) never share anything. Imports here stay light: torch,
+transformers, atroposlib and wandb are only ever imported by the child processes we start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server import MCPServer
+
+from mcp_rl import __version__
+from mcp_rl.settings import Settings
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+mcp-rl runs reinforcement-learning post-training (GRPO-style, LoRA) of language models.
+Workflow: rl_list_environments -> rl_select_environment -> rl_get_current_config ->
+rl_edit_config (optional) -> rl_test_inference (smoke test, strongly recommended) ->
+rl_start_training -> rl_check_status (poll) -> rl_get_results / rl_stop_training.
+Runs live outside this server: they keep going if the client disconnects, and any later
+server sees them (rl_list_runs)."""
+
+
+@dataclass
+class AppState:
+    """What the tools of one server share: the settings and small in-memory caches."""
+
+    settings: Settings
+    # Per-server caches (e.g. parsed environment files keyed by path, mtime and size).
+    caches: dict[str, Any] = field(default_factory=dict)
+
+
+def build_server(settings: Settings | None = None) -> MCPServer:
+    settings = settings or Settings.from_env()
+    state = AppState(settings=settings)
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
+        settings.ensure_home()
+        for hook in state.caches.get("startup_hooks", []):
+            await hook()
+        yield state
+
+    mcp = MCPServer("mcp-rl", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+
+    # Each module owns one area of the surface. Imported here, not at the top, so that a
+    # module's failure to import names itself in the traceback.
+    from mcp_rl.server import environment_tools
+
+    environment_tools.register(mcp, state)
+    for module_name in ("training_tools", "inference_tools", "results_tools"):
+        _register_optional(module_name, mcp, state)
+    return mcp
+
+
+def _register_optional(module_name: str, mcp: MCPServer, state: AppState) -> None:
+    import importlib
+
+    try:
+        module = importlib.import_module(f"mcp_rl.server.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"mcp_rl.server.{module_name}":
+            raise
+        return
+    module.register(mcp, state)

@@ -1,0 +1,131 @@
+"""Tools and resources for discovering, selecting and configuring environments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from mcp_rl.config import CurrentConfig, EditResult
+from mcp_rl.environments.discovery import DuplicateName, ParseProblem
+from mcp_rl.environments.service import EnvironmentService, SelectResult
+from mcp_rl.server.app import AppState
+from mcp_rl.server.errors import resource_errors, tool_errors
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+IDEMPOTENT_EDIT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+class EnvironmentEntry(BaseModel):
+    name: str
+    class_name: str
+    file_path: str
+    description: str
+
+
+class EnvironmentList(BaseModel):
+    environments: list[EnvironmentEntry]
+    count: int
+    problems: list[ParseProblem] = Field(description="Files that could not be parsed (skipped, not fatal).")
+    duplicates: list[DuplicateName] = Field(description="Names defined more than once; the first one found is used.")
+    searched: list[str]
+    tips: list[str]
+
+
+def register(mcp: MCPServer, state: AppState) -> None:
+    service = EnvironmentService(state.settings)
+    state.caches["environments"] = service
+
+    @mcp.tool(annotations=READ_ONLY)
+    @tool_errors
+    async def rl_list_environments() -> EnvironmentList:
+        """List the RL environments available for training.
+
+        Scans the bundled environments and every folder in MCP_RL_ENV_PATHS for Atropos BaseEnv
+        classes (source only, nothing is imported). Files that fail to parse are listed under
+        `problems`; duplicate names under `duplicates`. Next: rl_select_environment(name).
+        """
+        catalog = await anyio.to_thread.run_sync(service.catalog)
+        return EnvironmentList(
+            environments=[
+                EnvironmentEntry(
+                    name=e.name, class_name=e.class_name, file_path=str(e.file_path), description=e.description
+                )
+                for e in catalog.environments
+            ],
+            count=len(catalog.environments),
+            problems=catalog.problems,
+            duplicates=catalog.duplicates,
+            searched=[str(p) for p in catalog.searched],
+            tips=[
+                "Select one with rl_select_environment(name); its config fields are then loaded.",
+                "Smoke-test it with rl_test_inference before training.",
+                "Add folders of environments with the MCP_RL_ENV_PATHS environment variable.",
+            ],
+        )
+
+    @mcp.tool(annotations=IDEMPOTENT_EDIT)
+    @tool_errors
+    async def rl_select_environment(
+        name: Annotated[str, Field(description="Environment name from rl_list_environments, e.g. 'arithmetic'.")],
+    ) -> SelectResult:
+        """Select the environment to configure, test and train.
+
+        Loads the environment's config fields (imports it in a separate process; the first time can
+        take several seconds, later selects are instant until the file changes). Selecting resets
+        environment field edits to the environment's defaults; run options are kept.
+        """
+        return await anyio.to_thread.run_sync(service.select, name)
+
+    @mcp.tool(annotations=READ_ONLY)
+    @tool_errors
+    async def rl_get_current_config() -> CurrentConfig:
+        """Show the selected environment's configuration.
+
+        configurable_fields (type, default, description, current_value) can be changed with
+        rl_edit_config; locked_fields are set by the infrastructure; run_options (backend, base
+        model, total_steps, batch_size, LoRA rank, learning rate, wandb_project, ...) are editable
+        with rl_edit_config too.
+        """
+        return await anyio.to_thread.run_sync(service.current)
+
+    @mcp.tool(annotations=IDEMPOTENT_EDIT)
+    @tool_errors
+    async def rl_edit_config(
+        field: Annotated[str, Field(description="A configurable field or run option name from rl_get_current_config.")],
+        value: Annotated[Any, Field(description="New value, of the field's type (numbers and booleans as JSON).")],
+    ) -> EditResult:
+        """Change one field of the selected environment's config, or one run option.
+
+        The value is checked against the environment's own config class (type and range); locked
+        fields, unknown fields and invalid values are refused with the reason, and nothing changes.
+        """
+        return await anyio.to_thread.run_sync(service.edit, field, value)
+
+    @mcp.resource("rl://environments", mime_type="application/json", description="Every environment found, with parse problems.")
+    def environments_resource() -> str:
+        return service.catalog().model_dump_json(indent=2)
+
+    @mcp.resource("rl://environments/{name}", mime_type="application/json", description="One environment: metadata and source.")
+    @resource_errors
+    def environment_resource(name: str) -> str:
+        env = service.get(name)
+        data = env.model_dump(mode="json")
+        data["source"] = Path(env.file_path).read_text(encoding="utf-8", errors="replace")
+        return json.dumps(data, indent=2)
+
+    @mcp.resource("rl://config/current", mime_type="application/json", description="The selected environment's current config.")
+    def current_config_resource() -> str:
+        session = service.store.read()
+        if session.environment is None:
+            return json.dumps({"environment": None, "message": "No environment selected; call rl_select_environment."})
+        return service.current().model_dump_json(indent=2)
+
+    @mcp.resource("rl://config/locked", mime_type="application/json", description="Fields the infrastructure sets.")
+    def locked_config_resource() -> str:
+        return json.dumps(service.locked(), indent=2)

@@ -1,0 +1,62 @@
+"""Turning service errors into MCP tool errors, in one place."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+
+from mcp_rl.errors import McpRlError, NotFound
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tool_errors(fn: F) -> F:
+    """Decorate a tool: an McpRlError becomes a ToolError the agent can read and act on."""
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except McpRlError as exc:
+                raise ToolError(str(exc)) from exc
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except McpRlError as exc:
+            raise ToolError(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def resource_errors(fn: F) -> F:
+    """Decorate a resource: NotFound becomes -32602 with our message (SEP-2164)."""
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except NotFound as exc:
+                raise ResourceNotFoundError(str(exc)) from exc
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NotFound as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
