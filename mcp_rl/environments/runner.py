@@ -1,0 +1,57 @@
+"""Launcher of an environment process: `serve` in a run, `process` in smoke tests.
+
+    python -m mcp_rl.environments.runner ENV_FILE CLASS_NAME [--project-root DIR] MODE [ARGS...]
+
+MODE and ARGS are the environment's own Atropos CLI (`serve --config run.yaml`,
+`process --env.total_steps 3 ...`). The file is imported under a private module name (never
+`__main__`, so its own `cli()` call at the bottom does not fire) with its project root on
+sys.path and as the working directory; then the class's `cli()` runs with these arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mcp_rl.environments.loader import load_env_class
+
+# Options of the Atropos CLI whose value is a path: resolved before we change directory.
+_PATH_OPTIONS = ("--config",)
+
+
+def _absolute_paths(args: list[str]) -> list[str]:
+    out = list(args)
+    for i, arg in enumerate(out):
+        for option in _PATH_OPTIONS:
+            if arg == option and i + 1 < len(out):
+                out[i + 1] = str(Path(out[i + 1]).resolve())
+            elif arg.startswith(option + "="):
+                out[i] = f"{option}={Path(arg.split('=', 1)[1]).resolve()}"
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mcp_rl.environments.runner", description=__doc__)
+    parser.add_argument("env_file", type=Path)
+    parser.add_argument("class_name")
+    parser.add_argument("--project-root", type=Path, default=None, help="default: the file's folder")
+    parser.add_argument("mode", choices=["serve", "process", "evaluate"])
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="passed to the environment's CLI")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    env_file = ns.env_file.resolve()
+    project_root = (ns.project_root or env_file.parent).resolve()
+    env_args = _absolute_paths(ns.args)
+    cls = load_env_class(env_file, ns.class_name, project_root)
+    # Atropos's CLI reads sys.argv; argv[0] names the file for its help and error messages.
+    sys.argv = [str(env_file), ns.mode, *env_args]
+    cls.cli()  # run_and_exit: raises SystemExit with the environment's exit code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The three processes of a run, as commands and readiness probes built from its run.yaml."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mcp_rl.runconfig import RunConfig
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import readiness
+from mcp_rl.supervisor.ports import HOST
+from mcp_rl.supervisor.supervisor import Policy, ProcessSpec
+
+
+def log_path(config: RunConfig, name: str) -> Path:
+    return config.paths.logs_dir / f"{name}.log"
+
+
+def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy: Policy) -> list[ProcessSpec]:
+    """API, trainer, environment: in start order. `config` must already carry its ports."""
+    api_port, inference_port = config.ports.api, config.ports.inference
+    if api_port is None or inference_port is None:
+        raise ValueError("run config has no ports; call RunConfig.with_ports first")
+    env = settings.child_env()
+    python = sys.executable
+    run_dir = config.paths.run_dir
+    return [
+        ProcessSpec(
+            name="api",
+            # `run-api` itself, through the interpreter so PATH does not matter; bound to loopback.
+            argv=[python, "-m", "atroposlib.cli.run_api", "--host", HOST, "--port", str(api_port)],
+            log_path=log_path(config, "api"),
+            env=env,
+            cwd=run_dir,
+            port=api_port,
+            ready=readiness.api_up(api_port),
+            ready_deadline_s=policy.api_ready_s,
+            ready_description=f"GET http://{HOST}:{api_port}/status",
+        ),
+        ProcessSpec(
+            name="trainer",
+            argv=[python, "-m", "mcp_rl.trainer", "--config", str(config_path)],
+            log_path=log_path(config, "trainer"),
+            env=env,
+            cwd=run_dir,
+            port=inference_port,
+            ready=readiness.trainer_serving(inference_port),
+            ready_deadline_s=policy.trainer_ready_s,
+            ready_description=f"GET http://{HOST}:{inference_port}/health",
+        ),
+        ProcessSpec(
+            name="env",
+            argv=[
+                python,
+                "-m",
+                "mcp_rl.environments.runner",
+                str(config.environment.file_path),
+                config.environment.class_name,
+                "--project-root",
+                str(config.environment.project_root),
+                "serve",
+                "--config",
+                str(config_path),
+            ],
+            log_path=log_path(config, "env"),
+            env=env,
+            cwd=config.environment.project_root,
+            ready=readiness.env_registered(api_port),
+            ready_deadline_s=policy.env_ready_s,
+            ready_description=f"registered with the API (GET http://{HOST}:{api_port}/status-env)",
+        ),
+    ]

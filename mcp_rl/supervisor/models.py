@@ -1,0 +1,107 @@
+"""What the run service returns: plain pydantic models, shared by the MCP tools and the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from mcp_rl.supervisor.states import RunState
+
+
+def log_uri(run_id: str, name: str) -> str:
+    return f"rl://runs/{run_id}/logs/{name}"
+
+
+class RunStarted(BaseModel):
+    run_id: str
+    status: RunState = Field(description="Always 'starting': the processes come up in the background.")
+    environment: str
+    backend: str
+    base_model: str
+    num_steps: int
+    config_path: str = Field(description="The exact run.yaml given to the run's processes (no secrets).")
+    config: dict[str, Any] = Field(description="The environment section of run.yaml.")
+    wandb_project: str | None = None
+    wandb_run_name: str | None = None
+    logs: dict[str, str] = Field(description="Log resources by process: read them with resources/read.")
+    status_resource: str
+    message: str
+
+
+class ProcessStatus(BaseModel):
+    status: str = Field(description="pending | starting | running | exited (N) | stopped (N)")
+    pid: int | None = None
+    port: int | None = None
+    exit_code: int | None = None
+    alive: bool = False
+
+
+class RunMetrics(BaseModel):
+    """The latest line of metrics.jsonl, with the headline numbers pulled out."""
+
+    step: int | None = None
+    num_steps: int | None = None
+    reward_mean: float | None = None
+    loss: float | None = None
+    percent_correct: float | None = None
+    eval_percent_correct: float | None = None
+    time: float | None = None
+    latest: dict[str, Any] = Field(default_factory=dict, description="Every key of the latest metrics line.")
+
+
+class RunStatus(BaseModel):
+    run_id: str
+    status: RunState
+    environment: str
+    backend: str
+    running_time_minutes: float
+    cause: str | None = Field(default=None, description="Why the run ended (or what the last change was).")
+    error: str | None = Field(default=None, description="The cause, when the run failed.")
+    rate_limited: bool = False
+    next_check_in_seconds: float | None = None
+    processes: dict[str, ProcessStatus] = Field(default_factory=dict)
+    trainer_phase: str | None = None
+    metrics: RunMetrics | None = None
+    wandb_project: str | None = None
+    wandb_run_name: str | None = None
+    wandb_url: str | None = None
+    ports: dict[str, int | None] = Field(default_factory=dict)
+    logs: dict[str, str] = Field(default_factory=dict)
+    config_path: str | None = None
+    created_at: float
+    ended_at: float | None = None
+    message: str
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    environment: str
+    status: RunState
+    backend: str
+    created_at: float
+    running_time_minutes: float
+    step: int | None = None
+    latest_reward: float | None = None
+    wandb_run_name: str | None = None
+    cause: str | None = None
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary]
+    count: int
+
+
+class StopResult(BaseModel):
+    run_id: str
+    status: RunState
+    message: str
+    was_running: bool = Field(description="False when the run had already ended (nothing was done).")
+    processes_left: list[int] = Field(default_factory=list, description="pids of the run still alive (should be empty).")
+    ports_in_use: list[int] = Field(default_factory=list, description="ports of the run still held (should be empty).")
+
+
+class ReconcileReport(BaseModel):
+    checked: int
+    failed: list[str] = Field(default_factory=list, description="Runs whose supervisor was gone, now failed.")
+    stopped: list[str] = Field(default_factory=list, description="Runs being stopped whose supervisor was gone.")

@@ -1,0 +1,485 @@
+"""The run service: what the MCP tools and the CLI call. No MCP types here.
+
+Everything is answered from local state (state.db and the run directory) so status calls stay
+fast; the only blocking call is `stop_run`, which waits (with a deadline) until nothing of the run
+is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from mcp_rl.errors import LaunchError, NotFound, UserError
+from mcp_rl.runconfig import RunConfig
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import processes
+from mcp_rl.supervisor.models import (
+    ProcessStatus,
+    ReconcileReport,
+    RunList,
+    RunMetrics,
+    RunStarted,
+    RunStatus,
+    RunSummary,
+    StopResult,
+    log_uri,
+)
+from mcp_rl.supervisor.ports import port_is_free
+from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord
+from mcp_rl.supervisor.states import (
+    ACTIVE_STATES,
+    LOG_NAMES,
+    PROCESS_NAMES,
+    TERMINAL_STATES,
+    ProcState,
+    RunState,
+)
+from mcp_rl.supervisor.supervisor import Policy
+from mcp_rl.supervisor.tail import last_json_line, read_json, tail_lines
+
+log = logging.getLogger(__name__)
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A run row may exist a moment before its supervisor's pid is recorded.
+_LAUNCH_WINDOW_S = 60.0
+DEFAULT_LOG_TAIL = 200
+MAX_LOG_TAIL = 5000
+DEFAULT_METRICS_TAIL = 100
+
+
+def registry_for(settings: Settings) -> Registry:
+    settings.ensure_home()
+    return Registry(settings.state_db)
+
+
+def _get_run(registry: Registry, run_id: str) -> RunRecord:
+    run = registry.get_run(run_id) if _RUN_ID.match(run_id or "") else None
+    if run is None:
+        raise NotFound(f"Unknown run_id {run_id!r}. Call rl_list_runs to see the runs that exist.")
+    return run
+
+
+# --- start ---------------------------------------------------------------------------------
+def start_run(settings: Settings) -> RunStarted:
+    """Validate the session's environment and config, write run.yaml, launch a supervisor."""
+    from mcp_rl.config import build_run_config  # the session config (selected env + edits)
+
+    registry = registry_for(settings)
+    run_id = _new_run_id(registry)
+    config = build_run_config(settings, run_id)
+    _validate(config, settings)
+
+    run_dir = config.paths.run_dir
+    config.paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "run.yaml"
+    config.dump(config_path)
+
+    now = time.time()
+    wandb = config.trainer.wandb
+    registry.create_run(
+        RunRecord(
+            run_id=run_id,
+            environment=config.environment.name,
+            backend=config.trainer.backend,
+            state=RunState.STARTING,
+            created_at=now,
+            updated_at=now,
+            run_dir=str(run_dir),
+            config_path=str(config_path),
+            wandb_project=wandb.project if wandb.enabled else None,
+            wandb_run_name=_wandb_run_name(config),
+        ),
+        cause="rl_start_training",
+    )
+    for name in PROCESS_NAMES:
+        registry.set_process(run_id, name, state=ProcState.PENDING, log_path=str(config.paths.logs_dir / f"{name}.log"))
+    _launch_supervisor(settings, registry, run_id, run_dir)
+
+    logs = {name: log_uri(run_id, name) for name in LOG_NAMES}
+    return RunStarted(
+        run_id=run_id,
+        status=RunState.STARTING,
+        environment=config.environment.name,
+        backend=config.trainer.backend,
+        base_model=config.trainer.base_model,
+        num_steps=config.trainer.num_steps,
+        config_path=str(config_path),
+        config=config.env,
+        wandb_project=wandb.project if wandb.enabled else None,
+        wandb_run_name=_wandb_run_name(config),
+        logs=logs,
+        status_resource=f"rl://runs/{run_id}",
+        message=(
+            f"Run {run_id} is starting in the background ({config.trainer.backend} backend, "
+            f"{config.trainer.num_steps} steps): Atropos API, then trainer, then environment. "
+            f"It keeps going if this client disconnects. Poll rl_check_status('{run_id}'); "
+            f"stop with rl_stop_training('{run_id}')."
+        ),
+    )
+
+
+def _new_run_id(registry: Registry) -> str:
+    while True:
+        run_id = uuid.uuid4().hex[:8]
+        if registry.get_run(run_id) is None:
+            return run_id
+
+
+def _wandb_run_name(config: RunConfig) -> str | None:
+    name = config.env.get("wandb_name")
+    return str(name) if name else None
+
+
+def _validate(config: RunConfig, settings: Settings) -> None:
+    env_file = config.environment.file_path
+    if not Path(env_file).is_file():
+        raise UserError(
+            f"The environment file {env_file} no longer exists. Call rl_list_environments and rl_select_environment again."
+        )
+    trainer = config.trainer
+    if trainer.batch_size % trainer.group_size != 0:
+        raise UserError(
+            f"batch_size ({trainer.batch_size}) must be a multiple of group_size ({trainer.group_size}); "
+            "fix it with rl_edit_config."
+        )
+    # run.yaml is read by three processes and kept on disk: a secret must never be in it.
+    text = config.model_dump_json()
+    for secret in (settings.tinker_api_key, settings.wandb_api_key, settings.openrouter_api_key):
+        if secret is not None and secret.get_secret_value() and secret.get_secret_value() in text:
+            raise UserError("The run config contains an API key; keys are taken from the environment only.")
+
+
+def _launch_supervisor(settings: Settings, registry: Registry, run_id: str, run_dir: Path) -> None:
+    argv = [sys.executable, "-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
+    try:
+        popen = processes.spawn(argv, run_dir / "logs" / "supervisor.log", settings.child_env(), cwd=run_dir)
+    except OSError as exc:
+        registry.transition(run_id, RunState.FAILED, f"could not start the run supervisor: {exc}")
+        raise LaunchError(f"could not start the run supervisor: {exc}") from exc
+    identity = processes.identify(popen.pid)
+    registry.update_run(
+        run_id, supervisor_pid=popen.pid, supervisor_create_time=identity.create_time if identity else None
+    )
+    # The supervisor lives on after this server; reap it if it ends first, so no zombie is left.
+    threading.Thread(target=popen.wait, name=f"reap-supervisor-{run_id}", daemon=True).start()
+
+
+# --- status --------------------------------------------------------------------------------
+def run_status(settings: Settings, run_id: str, min_interval_s: float = 0.0) -> RunStatus:
+    """The state of one run from local state. With `min_interval_s`, repeated checks of a run
+    still going get a short answer (state only) until the interval has passed."""
+    registry = registry_for(settings)
+    run = _refresh(registry, _get_run(registry, run_id), settings)
+    now = time.time()
+    if min_interval_s > 0:
+        last = registry.last_check(run.run_id)
+        ended_since = last is not None and run.state in TERMINAL_STATES and last.state not in TERMINAL_STATES
+        if last is not None and now - last.checked_at < min_interval_s and not ended_since:
+            wait = min_interval_s - (now - last.checked_at)
+            return _short_status(run, now, wait)
+        registry.record_check(run.run_id, run.state, now)
+    return _full_status(registry, run, now)
+
+
+def _running_minutes(run: RunRecord, now: float) -> float:
+    return round(((run.ended_at or now) - run.created_at) / 60.0, 2)
+
+
+def _base_message(run: RunRecord) -> str:
+    messages = {
+        RunState.STARTING: "Starting: the API, trainer and environment come up in order.",
+        RunState.RUNNING: "Training. Metrics update after every step.",
+        RunState.COMPLETED: "Completed: the trainer finished its last step. Use rl_get_results for metrics and weights.",
+        RunState.FAILED: "Failed: see 'error' and the log resources.",
+        RunState.STOPPING: "Stopping on request.",
+        RunState.STOPPED: "Stopped on request.",
+    }
+    return messages[run.state]
+
+
+def _short_status(run: RunRecord, now: float, wait: float) -> RunStatus:
+    return RunStatus(
+        run_id=run.run_id,
+        status=run.state,
+        environment=run.environment,
+        backend=run.backend,
+        running_time_minutes=_running_minutes(run, now),
+        cause=run.cause,
+        error=run.cause if run.state == RunState.FAILED else None,
+        rate_limited=True,
+        next_check_in_seconds=round(wait, 1),
+        wandb_project=run.wandb_project,
+        wandb_run_name=run.wandb_run_name,
+        created_at=run.created_at,
+        ended_at=run.ended_at,
+        message=(
+            f"Run {run.run_id} is {run.state}. Training takes hours, so detailed checks are limited: "
+            f"check again in {wait / 60:.0f} min (a run that ends is reported at once). "
+            f"Logs stay readable at rl://runs/{run.run_id}/logs/trainer."
+        ),
+    )
+
+
+def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
+    run_dir = Path(run.run_dir)
+    status = read_json(run_dir / "trainer_status.json") or {}
+    metrics = _metrics(run_dir / "metrics.jsonl", status)
+    procs = {p.name: p for p in registry.processes(run.run_id)}
+    message = _base_message(run)
+    if metrics is not None and metrics.step is not None:
+        message += f" Step {metrics.step}" + (f" of {metrics.num_steps}" if metrics.num_steps else "")
+        if metrics.reward_mean is not None:
+            message += f", reward mean {metrics.reward_mean:.4g}"
+        message += "."
+    return RunStatus(
+        run_id=run.run_id,
+        status=run.state,
+        environment=run.environment,
+        backend=run.backend,
+        running_time_minutes=_running_minutes(run, now),
+        cause=run.cause,
+        error=run.cause if run.state == RunState.FAILED else None,
+        processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
+        trainer_phase=status.get("phase"),
+        metrics=metrics,
+        wandb_project=run.wandb_project,
+        wandb_run_name=run.wandb_run_name,
+        wandb_url=status.get("wandb_url") or run.wandb_url,
+        ports={"api": run.api_port, "inference": run.inference_port},
+        logs={name: log_uri(run.run_id, name) for name in LOG_NAMES},
+        config_path=run.config_path,
+        created_at=run.created_at,
+        ended_at=run.ended_at,
+        message=message,
+    )
+
+
+def _process_status(proc: ProcessRecord | None) -> ProcessStatus:
+    if proc is None:
+        return ProcessStatus(status="pending")
+    text = str(proc.state)
+    if proc.state in (ProcState.EXITED, ProcState.STOPPED):
+        text = f"{proc.state} ({proc.exit_code})" if proc.exit_code is not None else str(proc.state)
+    alive = proc.state in (ProcState.STARTING, ProcState.RUNNING) and processes.is_alive(proc.pid, proc.create_time)
+    return ProcessStatus(status=text, pid=proc.pid, port=proc.port, exit_code=proc.exit_code, alive=alive)
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _metrics(path: Path, trainer_status: dict[str, Any]) -> RunMetrics | None:
+    latest = last_json_line(path)
+    if latest is None and not trainer_status:
+        return None
+    latest = latest or {}
+    step = latest.get("step")
+    return RunMetrics(
+        step=int(step) if isinstance(step, int) else trainer_status.get("step"),
+        num_steps=trainer_status.get("num_steps"),
+        reward_mean=_float(latest.get("reward/mean")),
+        loss=_float(latest.get("train/loss")),
+        percent_correct=_float(latest.get("train/percent_correct")),
+        eval_percent_correct=_float(latest.get("eval/percent_correct")),
+        time=_float(latest.get("time")),
+        latest=latest,
+    )
+
+
+# --- list ----------------------------------------------------------------------------------
+def list_runs(settings: Settings) -> RunList:
+    registry = registry_for(settings)
+    now = time.time()
+    summaries = []
+    for run in registry.list_runs():
+        run = _refresh(registry, run, settings)
+        latest = last_json_line(Path(run.run_dir) / "metrics.jsonl") or {}
+        step = latest.get("step")
+        summaries.append(
+            RunSummary(
+                run_id=run.run_id,
+                environment=run.environment,
+                status=run.state,
+                backend=run.backend,
+                created_at=run.created_at,
+                running_time_minutes=_running_minutes(run, now),
+                step=step if isinstance(step, int) else None,
+                latest_reward=_float(latest.get("reward/mean")),
+                wandb_run_name=run.wandb_run_name,
+                cause=run.cause.splitlines()[0] if run.cause and run.state == RunState.FAILED else None,
+            )
+        )
+    return RunList(runs=summaries, count=len(summaries))
+
+
+# --- stop ----------------------------------------------------------------------------------
+def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> StopResult:
+    """End a run: its supervisor stops env -> trainer -> API; if the supervisor is gone or
+    does not finish in time, we end the recorded process groups ourselves."""
+    policy = policy or Policy.from_env()
+    registry = registry_for(settings)
+    run = _get_run(registry, run_id)
+    if run.state in TERMINAL_STATES:
+        return StopResult(
+            run_id=run.run_id,
+            status=run.state,
+            was_running=False,
+            message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
+        )
+    if not registry.transition(run.run_id, RunState.STOPPING, "stop requested (rl_stop_training)"):
+        run = _get_run(registry, run_id)
+        if run.state in TERMINAL_STATES:
+            return StopResult(
+                run_id=run.run_id,
+                status=run.state,
+                was_running=False,
+                message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
+            )
+    if processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
+        try:
+            os.kill(run.supervisor_pid, signal.SIGTERM)  # type: ignore[arg-type]
+        except ProcessLookupError:
+            pass
+        # Per process: the grace period, the kill and its wait; plus some slack.
+        deadline = time.monotonic() + 3 * (policy.stop_grace_s + 5.0) + 5.0
+        while time.monotonic() < deadline:
+            current = registry.get_run(run.run_id)
+            if current is not None and current.state in TERMINAL_STATES:
+                break
+            if not processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
+                break
+            time.sleep(0.1)  # polling the registry for the supervisor's final transition
+    _end_leftovers(registry, run, policy.stop_grace_s, "stopped on request (supervisor gone)")
+    registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no process left")
+    final = _get_run(registry, run_id)
+    left = [p.pid for p in registry.processes(run.run_id) if p.pid and processes.is_alive(p.pid, p.create_time)]
+    ports = [p for p in (final.api_port, final.inference_port) if p and not port_is_free(p)]
+    message = f"Run {run.run_id} {final.state}."
+    if left or ports:
+        message += f" Still alive: pids {left}; ports in use: {ports}."
+    else:
+        message += " No process of the run is left and its ports are released."
+    return StopResult(
+        run_id=run.run_id, status=final.state, was_running=True, message=message, processes_left=left, ports_in_use=ports
+    )
+
+
+def _end_leftovers(registry: Registry, run: RunRecord, grace_s: float, cause: str) -> None:
+    """End the process groups of a run whose supervisor is gone: env, trainer, API, then the
+    supervisor's own group in case it is wedged."""
+    by_name = {p.name: p for p in registry.processes(run.run_id)}
+    for name in reversed(PROCESS_NAMES):
+        proc = by_name.get(name)
+        if proc is None or not proc.pid:
+            continue
+        if proc.state in (ProcState.STARTING, ProcState.RUNNING) or processes.is_alive(proc.pid, proc.create_time):
+            code = processes.stop_group(proc.pid, proc.pgid, proc.create_time, grace_s)
+            registry.set_process(run.run_id, name, cause=cause, state=ProcState.STOPPED, exit_code=code, ended_at=time.time())
+    if run.supervisor_pid and processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
+        processes.stop_group(run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, grace_s)
+
+
+# --- reconciliation ------------------------------------------------------------------------
+def _supervisor_gone(run: RunRecord, now: float) -> bool:
+    if run.supervisor_pid is None:
+        return now - run.created_at > _LAUNCH_WINDOW_S
+    return not processes.is_alive(run.supervisor_pid, run.supervisor_create_time)
+
+
+def _refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord:
+    """An active run whose supervisor is gone is ended now, never reported as running."""
+    if run.state not in ACTIVE_STATES or not _supervisor_gone(run, time.time()):
+        return run
+    _reconcile_run(registry, run, Policy.from_env().stop_grace_s)
+    return registry.get_run(run.run_id) or run
+
+
+def _reconcile_run(registry: Registry, run: RunRecord, grace_s: float) -> RunState:
+    # The supervisor may have recorded the end just before exiting.
+    current = registry.get_run(run.run_id)
+    if current is None or current.state not in ACTIVE_STATES:
+        return current.state if current else run.state
+    if current.state == RunState.STOPPING:
+        _end_leftovers(registry, current, grace_s, "stopped on request (supervisor gone)")
+        registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
+        return RunState.STOPPED
+    pid = current.supervisor_pid
+    cause = (
+        f"the run supervisor (pid {pid}) died while the run was {current.state}; "
+        "its remaining processes were ended. Check rl://runs/{id}/logs/supervisor.".replace("{id}", run.run_id)
+        if pid
+        else "the run supervisor never started (the server that launched it stopped first)"
+    )
+    registry.transition(run.run_id, RunState.FAILED, cause)
+    _end_leftovers(registry, current, grace_s, "stopped because the supervisor died")
+    return RunState.FAILED
+
+
+def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileReport:
+    """Find active runs whose supervisor died: mark them failed (or stopped, if a stop was
+    requested) and end their leftover process groups. Cheap when nothing is wrong."""
+    policy = policy or Policy.from_env()
+    registry = registry_for(settings)
+    active = registry.list_runs(ACTIVE_STATES)
+    report = ReconcileReport(checked=len(active))
+    now = time.time()
+    for run in active:
+        if not _supervisor_gone(run, now):
+            continue
+        final = _reconcile_run(registry, run, policy.stop_grace_s)
+        if final == RunState.FAILED:
+            report.failed.append(run.run_id)
+        elif final == RunState.STOPPED:
+            report.stopped.append(run.run_id)
+    if report.failed or report.stopped:
+        log.warning("reconciled runs whose supervisor was gone: failed %s, stopped %s", report.failed, report.stopped)
+    return report
+
+
+# --- resources -----------------------------------------------------------------------------
+def read_log(settings: Settings, run_id: str, process: str, tail: int = DEFAULT_LOG_TAIL) -> str:
+    """The last `tail` lines of one of the run's logs (api, trainer, env, supervisor)."""
+    run = _get_run(registry_for(settings), run_id)
+    if process not in LOG_NAMES:
+        raise NotFound(f"Unknown process {process!r}; logs exist for {', '.join(LOG_NAMES)}.")
+    tail = max(1, min(int(tail), MAX_LOG_TAIL))
+    path = Path(run.run_dir) / "logs" / f"{process}.log"
+    lines = tail_lines(path, tail + 1)
+    if not path.exists():
+        return f"[{process}.log of run {run.run_id} does not exist yet: the process has not started]\n"
+    header = ""
+    if len(lines) > tail:
+        lines = lines[-tail:]
+        header = f"[last {tail} lines of {process}.log; read with ?tail=N (up to {MAX_LOG_TAIL}) for more]\n"
+    return header + "\n".join(lines) + ("\n" if lines else "")
+
+
+def read_config(settings: Settings, run_id: str) -> str:
+    run = _get_run(registry_for(settings), run_id)
+    try:
+        return Path(run.config_path).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise NotFound(f"Run {run.run_id} has no run.yaml any more ({run.config_path}).") from exc
+
+
+def read_metrics(settings: Settings, run_id: str, tail: int = DEFAULT_METRICS_TAIL) -> dict[str, Any]:
+    """The last `tail` metrics lines of a run, oldest first."""
+    import json
+
+    run = _get_run(registry_for(settings), run_id)
+    rows = []
+    for line in tail_lines(Path(run.run_dir) / "metrics.jsonl", tail):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return {"run_id": run.run_id, "status": str(run.state), "count": len(rows), "rows": rows}
