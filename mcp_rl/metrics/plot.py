@@ -1,0 +1,71 @@
+"""The reward curve (and loss) of a run as a PNG, drawn from its metrics.
+
+matplotlib is imported inside the function, with the Agg backend, so neither the server's
+start-up nor a headless machine pays for it until a plot is asked for.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from mcp_rl.metrics.store import LOSS_KEY, REWARD_KEY, StepTable
+
+WIDTH_PX = 800
+HEIGHT_PX = 500
+DPI = 100
+# Enough points for a faithful line at 800 px; longer runs are thinned evenly.
+MAX_PLOT_POINTS = 4000
+_ACCURACY_KEYS = ("train/percent_correct", "eval/percent_correct")
+
+
+def _thin(points: Sequence[tuple[int, float]], limit: int = MAX_PLOT_POINTS) -> list[tuple[int, float]]:
+    if len(points) <= limit:
+        return list(points)
+    stride = len(points) / (limit - 1)
+    picked = [points[round(i * stride)] for i in range(limit - 1)]
+    return [*picked, points[-1]]
+
+
+def render_png(table: StepTable, title: str) -> bytes:
+    """A WIDTH_PX x HEIGHT_PX PNG: reward (and accuracy, if logged) on top, loss below.
+
+    With no steps logged yet the image says so instead of failing, so a client can show it
+    from the first moment of a run.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure  # a bare Figure: no pyplot global state between calls
+
+    fig = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
+    reward = _thin(table.series(REWARD_KEY))
+    loss = _thin(table.series(LOSS_KEY))
+    accuracy = {key: _thin(table.series(key)) for key in _ACCURACY_KEYS}
+    if not reward and not loss:
+        ax = fig.subplots()
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no training steps logged yet", ha="center", va="center", fontsize=14)
+        fig.suptitle(title)
+    else:
+        top, bottom = fig.subplots(2, 1, sharex=True)
+        if reward:
+            top.plot(*zip(*reward, strict=True), color="tab:blue", linewidth=1.2, label=REWARD_KEY)
+        for (key, points), color in zip(accuracy.items(), ("tab:green", "tab:purple"), strict=True):
+            if points:
+                top.plot(*zip(*points, strict=True), color=color, linewidth=1.0, label=key)
+        top.set_ylabel("reward / accuracy")
+        top.grid(True, alpha=0.3)
+        top.legend(loc="best", fontsize=8)
+        if loss:
+            bottom.plot(*zip(*loss, strict=True), color="tab:red", linewidth=1.0, label=LOSS_KEY)
+            bottom.legend(loc="best", fontsize=8)
+        bottom.set_ylabel("loss")
+        bottom.set_xlabel("step")
+        bottom.grid(True, alpha=0.3)
+        fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    # No bbox_inches="tight": that would change the pixel size from one run to the next.
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()

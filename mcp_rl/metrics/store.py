@@ -1,0 +1,325 @@
+"""Reading a run's own record: `metrics.jsonl`, `env_metrics.jsonl`, `checkpoints.jsonl`,
+`trainer_status.json`, and summarising it (final and best values with their step, a bounded
+history).
+
+The trainer appends to these files while we read them, so a reader must never fail on what a
+writer is halfway through: an unterminated last line is skipped (it will be complete on the next
+read), a line that does not parse is counted and skipped, and a status file that does not parse
+yet reads as absent. Nothing here imports anything heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# The files of a run dir that this module reads (written by the trainer / env capture).
+METRICS_FILE = "metrics.jsonl"
+ENV_METRICS_FILE = "env_metrics.jsonl"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+TRAINER_STATUS_FILE = "trainer_status.json"
+
+REWARD_KEY = "reward/mean"
+LOSS_KEY = "train/loss"
+# Keys not worth a summary: bookkeeping, not a measure of the model.
+_NOT_METRICS = frozenset({"step", "time", "tokens", "time/step_seconds"})
+# At most this many history points, whatever the run length.
+MAX_HISTORY_POINTS = 50
+
+Goal = Literal["max", "min"]
+
+
+class JsonlRead(BaseModel):
+    """Rows of a JSONL file, plus how many lines were skipped and why."""
+
+    rows: list[dict[str, Any]] = []
+    bad_lines: int = 0
+    partial_tail: bool = False
+
+
+def read_jsonl(path: Path) -> JsonlRead:
+    """Every complete JSON object line of `path` (missing file: no rows)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return JsonlRead()
+    lines = data.split(b"\n")
+    # Everything after the last newline is a line still being written, unless it parses.
+    tail = lines.pop()
+    result = JsonlRead()
+    for raw in lines:
+        if not raw.strip():
+            continue
+        row = _parse(raw)
+        if row is None:
+            result.bad_lines += 1
+        else:
+            result.rows.append(row)
+    if tail.strip():
+        row = _parse(tail)
+        if row is None:
+            result.partial_tail = True
+        else:
+            result.rows.append(row)
+    return result
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None (bools, strings, NaN and inf are not metric values)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _step(row: dict[str, Any]) -> int | None:
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
+        return None
+    return int(step)
+
+
+# --- the trainer's status and checkpoints --------------------------------------------------
+class TrainerStatus(BaseModel):
+    """`trainer_status.json`; unknown extra keys are kept, missing ones are None."""
+
+    model_config = ConfigDict(extra="allow")
+
+    phase: str | None = None
+    step: int | None = None
+    num_steps: int | None = None
+    heartbeat: float | None = None
+    pid: int | None = None
+    final_weights: str | None = None
+    resume_state: str | None = None
+    error: str | None = None
+    wandb_url: str | None = None
+
+
+def read_trainer_status(run_dir: Path) -> TrainerStatus | None:
+    """The last status the trainer wrote, or None if there is none (yet) or it is unreadable."""
+    try:
+        return TrainerStatus.model_validate_json((run_dir / TRAINER_STATUS_FILE).read_bytes())
+    except (FileNotFoundError, ValidationError, ValueError):
+        return None
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    kind: str  # "sampler" (weights to sample from) or "state" (resumable optimiser state)
+    path: str  # a local folder or a tinker:// URL
+    time: float | None = None
+    final: bool = False
+
+
+def read_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    """Recorded checkpoints in the order written; malformed lines are skipped."""
+    checkpoints = []
+    for row in read_jsonl(run_dir / CHECKPOINTS_FILE).rows:
+        try:
+            checkpoints.append(Checkpoint.model_validate(row))
+        except ValidationError:
+            continue
+    return checkpoints
+
+
+class WeightsInfo(BaseModel):
+    """Where the trained weights are."""
+
+    sampler_weights: str | None = Field(
+        None, description="Last saved sampler weights: a tinker:// URL or a local folder (LoRA adapter)."
+    )
+    sampler_step: int | None = None
+    sampler_exists: bool | None = Field(
+        None, description="Whether a local folder exists (None for tinker:// paths, which live remotely)."
+    )
+    final: bool = Field(False, description="True when these are the weights saved after the last step.")
+    resume_checkpoint: str | None = Field(None, description="Last resumable training state, if one was saved.")
+    resume_step: int | None = None
+    checkpoints_saved: int = 0
+
+
+def weights_info(checkpoints: Sequence[Checkpoint], status: TrainerStatus | None) -> WeightsInfo:
+    sampler = _last(c for c in checkpoints if c.kind == "sampler")
+    state = _last(c for c in checkpoints if c.kind == "state")
+    info = WeightsInfo(checkpoints_saved=len(checkpoints))
+    if sampler is not None:
+        info.sampler_weights, info.sampler_step, info.final = sampler.path, sampler.step, sampler.final
+    elif status is not None and status.final_weights:
+        # A trainer that has not written checkpoints.jsonl still names its final weights.
+        info.sampler_weights, info.sampler_step, info.final = status.final_weights, status.step, True
+    if state is not None:
+        info.resume_checkpoint, info.resume_step = state.path, state.step
+    elif status is not None and status.resume_state:
+        info.resume_checkpoint = status.resume_state
+    if info.sampler_weights is not None:
+        info.sampler_exists = None if "://" in info.sampler_weights else Path(info.sampler_weights).exists()
+    return info
+
+
+def _last(checkpoints: Iterable[Checkpoint]) -> Checkpoint | None:
+    # The highest step wins; among equal steps the one written last (a resumed run rewrites).
+    best = None
+    for checkpoint in checkpoints:
+        if best is None or checkpoint.step >= best.step:
+            best = checkpoint
+    return best
+
+
+# --- per-step metrics ----------------------------------------------------------------------
+class StepTable(BaseModel):
+    """Metrics by step: the trainer's rows merged with the environment's (by step)."""
+
+    rows: list[dict[str, Any]] = Field(default_factory=list, description="Sorted by step, one per step.")
+    bad_lines: int = 0
+
+    @property
+    def last_step(self) -> int | None:
+        return self.rows[-1]["step"] if self.rows else None
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        """(step, value) for every step where `key` has a finite number."""
+        out = []
+        for row in self.rows:
+            value = _number(row.get(key))
+            if value is not None:
+                out.append((row["step"], value))
+        return out
+
+    def metric_keys(self) -> list[str]:
+        keys: dict[str, None] = {}
+        for row in self.rows:
+            for key, value in row.items():
+                if key not in _NOT_METRICS and _number(value) is not None:
+                    keys.setdefault(key, None)
+        return list(keys)
+
+
+def read_step_table(run_dir: Path) -> StepTable:
+    """`metrics.jsonl` with `env_metrics.jsonl` folded in by step.
+
+    A resumed trainer may log a step again; the later line wins. Environment metrics fill keys
+    the trainer did not log for that step; a step only the environment logged gets its own row.
+    """
+    by_step: dict[int, dict[str, Any]] = {}
+    bad = 0
+    trainer = read_jsonl(run_dir / METRICS_FILE)
+    bad += trainer.bad_lines
+    for row in trainer.rows:
+        step = _step(row)
+        if step is None:
+            bad += 1
+            continue
+        by_step[step] = {**row, "step": step}
+    env = read_jsonl(run_dir / ENV_METRICS_FILE)
+    bad += env.bad_lines
+    for row in env.rows:
+        step = _step(row)
+        if step is None:
+            continue
+        merged = by_step.setdefault(step, {"step": step})
+        for key, value in row.items():
+            if key not in ("step", "time") and key not in merged:
+                merged[key] = value
+    return StepTable(rows=[by_step[s] for s in sorted(by_step)], bad_lines=bad)
+
+
+class MetricSummary(BaseModel):
+    """One metric's last value and best value, each with the step it came from."""
+
+    final: float
+    final_step: int
+    best: float
+    best_step: int
+    goal: Goal = Field(description="Whether higher (max) or lower (min) is better.")
+    source: Literal["local", "wandb"] = Field("local", description="local: the run's own files.")
+
+
+def goal_of(key: str) -> Goal:
+    return "min" if "loss" in key.lower() else "max"
+
+
+def summarise(table: StepTable, keys: Iterable[str]) -> dict[str, MetricSummary]:
+    """Final and best value of each key present in the table (absent keys are left out)."""
+    summary = {}
+    for key in keys:
+        points = table.series(key)
+        if not points:
+            continue
+        goal = goal_of(key)
+        final_step, final = points[-1]
+        pick = max if goal == "max" else min
+        # On ties the earliest step is the best: that is when the value was first reached.
+        best_step, best = pick(points, key=lambda p: (p[1], -p[0]) if goal == "max" else (p[1], p[0]))
+        summary[key] = MetricSummary(final=final, final_step=final_step, best=best, best_step=best_step, goal=goal)
+    return summary
+
+
+def summary_keys(table: StepTable) -> list[str]:
+    """Which metrics are worth summarising: reward and loss first, then accuracy-like env keys."""
+    present = table.metric_keys()
+    wanted = [k for k in (REWARD_KEY, LOSS_KEY) if k in present]
+    wanted += [k for k in present if k not in wanted and ("percent_correct" in k or k.startswith("eval/"))]
+    return wanted
+
+
+class HistoryPoint(BaseModel):
+    step: int
+    reward_mean: float | None = None
+    loss: float | None = None
+    percent_correct: float | None = Field(None, description="train/percent_correct when the environment reports it.")
+
+
+def downsample_steps(points: Sequence[tuple[int, float]], limit: int = MAX_HISTORY_POINTS) -> list[int]:
+    """At most `limit` steps of `points` (sorted by step): the first, the last, and in between
+    the lowest and highest value of each of equal-width buckets, so spikes and dips survive."""
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+    if len(points) <= limit:
+        return [step for step, _ in points]
+    chosen = {points[0][0], points[-1][0]}
+    inner = points[1:-1]
+    buckets = (limit - 2) // 2
+    for b in range(buckets):
+        chunk = inner[b * len(inner) // buckets : (b + 1) * len(inner) // buckets]
+        if chunk:
+            chosen.add(min(chunk, key=lambda p: p[1])[0])
+            chosen.add(max(chunk, key=lambda p: p[1])[0])
+    return sorted(chosen)
+
+
+def history(table: StepTable, limit: int = MAX_HISTORY_POINTS) -> list[HistoryPoint]:
+    """A short history of reward and loss, bounded by `limit` for any run length.
+
+    Steps are chosen on the reward curve (the one an agent judges a run by); when no reward is
+    logged yet, on the loss curve.
+    """
+    basis = table.series(REWARD_KEY) or table.series(LOSS_KEY)
+    steps = set(downsample_steps(basis, limit))
+    points = []
+    for row in table.rows:
+        if row["step"] in steps:
+            points.append(
+                HistoryPoint(
+                    step=row["step"],
+                    reward_mean=_number(row.get(REWARD_KEY)),
+                    loss=_number(row.get(LOSS_KEY)),
+                    percent_correct=_number(row.get("train/percent_correct")),
+                )
+            )
+    return points
