@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     project_root = (ns.project_root or env_file.parent).resolve()
     env_args = _absolute_paths(ns.args)
     cls = load_env_class(env_file, ns.class_name, project_root)
+    # Metrics hook (mcp_rl.metrics): what the environment logs also goes to the run dir, not only W&B.
+    from mcp_rl.metrics.env_metrics import install_for_run
+
+    install_for_run(ns.mode, env_args)
     # Atropos's CLI reads sys.argv; argv[0] names the file for its help and error messages.
     sys.argv = [str(env_file), ns.mode, *env_args]
     cls.cli()  # run_and_exit: raises SystemExit with the environment's exit code
