@@ -9,8 +9,13 @@ HOST = "127.0.0.1"
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
-    """True if nothing listens on (or holds) `port` right now."""
+    """True if no live socket holds `port`: a server could bind it now.
+
+    SO_REUSEADDR, as servers set it, so connections of an ended process lingering in
+    TIME_WAIT do not count as held.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
