@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_rl.errors import LaunchError, NotFound, UserError
 from mcp_rl.runconfig import RunConfig
@@ -46,6 +46,9 @@ from mcp_rl.supervisor.states import (
 from mcp_rl.supervisor.supervisor import Policy
 from mcp_rl.supervisor.tail import last_json_line, read_json, tail_lines
 
+if TYPE_CHECKING:
+    from mcp_rl.environments.service import EnvironmentService
+
 log = logging.getLogger(__name__)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -69,13 +72,19 @@ def _get_run(registry: Registry, run_id: str) -> RunRecord:
 
 
 # --- start ---------------------------------------------------------------------------------
-def start_run(settings: Settings) -> RunStarted:
-    """Validate the session's environment and config, write run.yaml, launch a supervisor."""
-    from mcp_rl.config import build_run_config  # the session config (selected env + edits)
+def start_run(settings: Settings, environments: EnvironmentService | None = None) -> RunStarted:
+    """Validate the session's environment and config, write run.yaml, launch a supervisor.
 
+    Returns at once; the supervisor brings the processes up in the background.
+    """
+    from mcp_rl.config import build_run_config
+    from mcp_rl.environments.service import EnvironmentService
+
+    environments = environments or EnvironmentService(settings)
+    session, spec = environments.selected()  # raises if nothing is selected or the file is gone
     registry = registry_for(settings)
     run_id = _new_run_id(registry)
-    config = build_run_config(settings, run_id)
+    config = build_run_config(settings, session, spec, run_id)
     _validate(config, settings)
 
     run_dir = config.paths.run_dir
