@@ -1,0 +1,294 @@
+"""Turning what a test left on disk into results: scores from the JSONL, a test summary.
+
+Atropos `process` mode writes one JSON line per scored group (`scores`, and `messages` because
+process mode forces include_messages). A run killed on its deadline can leave a half-written last
+line; such lines are counted, not fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mcp_rl.inference_test.models import (
+    FINAL_MODEL_STATES,
+    InferenceTestResult,
+    ModelResult,
+    RolloutSample,
+    StepResult,
+    TestConfig,
+    TestSpec,
+    TestState,
+    TestSummary,
+    MODEL_HTML,
+    MODEL_JSONL,
+    MODEL_LOG,
+    ModelSpec,
+    model_uri,
+    test_uri,
+)
+
+PROMPT_CHARS = 400
+COMPLETION_CHARS = 600
+LOG_TAIL_CHARS = 2000
+SAMPLES = 2
+
+
+def initial_result(spec: TestSpec, model: ModelSpec, folder: Path) -> ModelResult:
+    """A model's result before it ran: where its files will be and how to read them."""
+    return ModelResult(
+        model=model.id,
+        name=model.name,
+        scale=model.scale,
+        provider=model.provider,
+        slug=model.slug,
+        output_file=str(folder / MODEL_JSONL),
+        html_file=str(folder / MODEL_HTML),
+        log_file=str(folder / MODEL_LOG),
+        resources={
+            "result": model_uri(spec.test_id, model.slug),
+            "jsonl": model_uri(spec.test_id, model.slug, "jsonl"),
+            "html": model_uri(spec.test_id, model.slug, "html"),
+            "log": model_uri(spec.test_id, model.slug, "log"),
+        },
+    )
+
+
+def read_groups(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The groups of a process-mode JSONL and how many lines could not be read."""
+    groups: list[dict[str, Any]] = []
+    bad = 0
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            group = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(group, dict) and isinstance(group.get("scores"), list):
+            groups.append(group)
+        else:
+            bad += 1
+    return groups, bad
+
+
+def _truncate_tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
+def _truncate_head(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # multi-part content: keep the text parts
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def _split_rollout(messages: Any) -> tuple[str, str]:
+    """(prompt, completion) of one rollout's messages: the last assistant turn is the completion."""
+    if not isinstance(messages, list) or not messages:
+        return "", ""
+    messages = [m for m in messages if isinstance(m, dict)]
+    last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    if last_assistant is None:
+        return "\n".join(f"{m.get('role')}: {_content(m)}" for m in messages), ""
+    prompt = "\n".join(f"{m.get('role')}: {_content(m)}" for m in messages[:last_assistant])
+    return prompt, _content(messages[last_assistant])
+
+
+def _sample(step: int, score: float, messages: Any) -> RolloutSample:
+    prompt, completion = _split_rollout(messages)
+    return RolloutSample(
+        step=step,
+        score=score,
+        prompt=_truncate_tail(prompt, PROMPT_CHARS),
+        completion=_truncate_head(completion, COMPLETION_CHARS),
+    )
+
+
+def _pick_samples(groups: Sequence[dict[str, Any]]) -> list[RolloutSample]:
+    """One correct and one incorrect rollout when both exist (the contrast is what helps), else the first ones."""
+    correct: RolloutSample | None = None
+    wrong: RolloutSample | None = None
+    others: list[RolloutSample] = []
+    for step, group in enumerate(groups, start=1):
+        messages = group.get("messages") or []
+        for i, score in enumerate(group["scores"]):
+            rollout = messages[i] if i < len(messages) else None
+            sample = _sample(step, float(score), rollout)
+            if score > 0 and correct is None:
+                correct = sample
+            elif score <= 0 and wrong is None:
+                wrong = sample
+            elif len(others) < SAMPLES:
+                others.append(sample)
+        if correct is not None and wrong is not None:
+            break
+    picked = [s for s in (correct, wrong) if s is not None]
+    return (picked + others)[:SAMPLES]
+
+
+def score_groups(result: ModelResult, groups: Sequence[dict[str, Any]], unreadable: int = 0) -> ModelResult:
+    """`result` with its score fields filled from the groups (correct means score > 0)."""
+    steps: list[StepResult] = []
+    all_scores: list[float] = []
+    for step, group in enumerate(groups, start=1):
+        scores = [float(s) for s in group["scores"] if isinstance(s, (int, float)) and math.isfinite(s)]
+        all_scores.extend(scores)
+        steps.append(
+            StepResult(
+                step=step,
+                completions=len(scores),
+                correct=sum(1 for s in scores if s > 0),
+                mean_score=round(sum(scores) / len(scores), 4) if scores else 0.0,
+                scores=[round(s, 4) for s in scores],
+            )
+        )
+    total = len(all_scores)
+    correct = sum(1 for s in all_scores if s > 0)
+    update: dict[str, Any] = {
+        "steps": steps,
+        "steps_tested": len(steps),
+        "total_completions": total,
+        "correct_completions": correct,
+        "steps_with_correct": sum(1 for s in steps if s.correct > 0),
+        "zero_variance_steps": sum(1 for s in steps if len(set(s.scores)) <= 1),
+        "unreadable_lines": unreadable,
+        "samples": _pick_samples(groups),
+    }
+    if total:
+        mean = sum(all_scores) / total
+        update |= {
+            "accuracy": round(correct / total, 4),
+            "mean_score": round(mean, 4),
+            "score_std": round(math.sqrt(sum((s - mean) ** 2 for s in all_scores) / total), 4),
+            "min_score": round(min(all_scores), 4),
+            "max_score": round(max(all_scores), 4),
+            "step_success_rate": round(update["steps_with_correct"] / len(steps), 4),
+        }
+    return result.model_copy(update=update)
+
+
+def tail_text(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
+    """The last `limit` characters of a text file ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - limit * 4))
+            text = fh.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return text[-limit:]
+
+
+def tail_lines(path: Path, lines: int) -> str:
+    """The last `lines` lines of a text file, read from the end (logs can be large)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            end = fh.tell()
+            block = 64 * 1024
+            data = b""
+            pos = end
+            while pos > 0 and data.count(b"\n") <= lines:
+                step = min(block, pos)
+                pos -= step
+                fh.seek(pos)
+                data = fh.read(step) + data
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+def _succeeded(models: Iterable[ModelResult]) -> list[ModelResult]:
+    return [m for m in models if m.state == "succeeded"]
+
+
+def build_result(
+    spec: TestSpec,
+    models: list[ModelResult],
+    output_dir: Path,
+    started_at: float,
+    state: TestState,
+    finished_at: float | None = None,
+    note: str | None = None,
+) -> InferenceTestResult:
+    """The whole test's answer from its models' results."""
+    finished = [m for m in models if m.state in FINAL_MODEL_STATES]
+    succeeded = _succeeded(models)
+    scored = [m for m in succeeded if m.accuracy is not None]
+    best = max(scored, key=lambda m: (m.accuracy or 0.0, m.mean_score or 0.0), default=None)
+    if scored:
+        working: bool | None = True
+    elif len(finished) == len(models):
+        working = False
+    else:
+        working = None
+    avg = round(sum(m.accuracy or 0.0 for m in scored) / len(scored), 4) if scored else None
+    now = time.time()
+    rollouts = spec.num_steps * spec.group_size
+    return InferenceTestResult(
+        test_id=spec.test_id,
+        state=state,
+        environment=spec.environment.name,
+        environment_file=str(spec.environment.file_path),
+        test_config=TestConfig(
+            num_steps=spec.num_steps,
+            group_size=spec.group_size,
+            rollouts_per_model=rollouts,
+            total_rollouts=rollouts * len(models),
+            max_parallel=spec.max_parallel,
+            model_timeout_s=spec.model_timeout_s,
+        ),
+        models_tested=models,
+        summary=TestSummary(
+            steps_requested=spec.num_steps,
+            models_tested=len(models),
+            models_finished=len(finished),
+            models_succeeded=len(succeeded),
+            best_model=best.model if best else None,
+            avg_accuracy=avg,
+            environment_working=working,
+            output_directory=str(output_dir),
+        ),
+        started_at=started_at,
+        updated_at=now,
+        finished_at=finished_at,
+        elapsed_s=round((finished_at or now) - started_at, 2),
+        message=note or describe(state, models, best),
+        resource=test_uri(spec.test_id),
+    )
+
+
+def describe(state: TestState, models: list[ModelResult], best: ModelResult | None) -> str:
+    """One sentence an agent can act on."""
+    done = sum(1 for m in models if m.state in FINAL_MODEL_STATES)
+    failed = [m.model for m in models if m.state in ("failed", "timed_out")]
+    if state == "running":
+        return f"Running: {done}/{len(models)} models finished."
+    parts = []
+    if best is not None:
+        parts.append(
+            f"The environment works: best model {best.model} scored {best.correct_completions}/"
+            f"{best.total_completions} correct (accuracy {best.accuracy})."
+        )
+    else:
+        parts.append("No model produced a scored group: check the errors and logs before training.")
+    if failed:
+        parts.append(f"Failed or timed out: {', '.join(failed)} (see each model's error and log_tail).")
+    if state == "cancelled":
+        parts.append("The test was cancelled before all models finished.")
+    return " ".join(parts)

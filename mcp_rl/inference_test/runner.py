@@ -1,0 +1,395 @@
+"""The detached worker of one inference test: `python -m mcp_rl.inference_test --test-dir DIR`.
+
+It runs Atropos `process` mode of the test's environment once per model, at most
+`max_parallel` at a time, each in its own folder, session and process group with its own
+deadline, and rewrites `summary.json` atomically whenever something changes, so a reader (the
+MCP tool, a later server, `rl://tests/{test_id}`) always sees a whole, current answer. A model
+that fails or hangs is reported with its log tail; the others go on.
+
+The model `local` is served by the project's own inference server, started here on a free
+127.0.0.1 port and stopped when the test ends, whatever happens. The OpenRouter key reaches a
+child only as OPENAI_API_KEY in its environment (the openai client reads it there when the
+config's api_key is null); it is never in argv, a config file or a log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mcp_rl.errors import McpRlError
+from mcp_rl.inference_test import report
+from mcp_rl.inference_test.models import (
+    LOCAL_SERVER_LOG,
+    MODEL_CONFIG_FILE,
+    MODEL_HTML,
+    MODEL_JSONL,
+    MODEL_LOG,
+    MODEL_RESULT_FILE,
+    SPEC_FILE,
+    SUMMARY_FILE,
+    ModelResult,
+    ModelSpec,
+    TestSpec,
+)
+from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.settings import SECRET_ENV_VARS, Settings
+from mcp_rl.supervisor.ports import allocate_ports
+from mcp_rl.supervisor.processes import spawn, stop_group
+
+log = logging.getLogger("mcp_rl.inference_test")
+
+TICK_S = 0.5
+HEARTBEAT_S = 2.0
+STOP_GRACE_S = 5.0
+# Name the local inference server answers to; it serves one model whatever the name.
+LOCAL_MODEL_NAME = "local"
+# Lines Atropos logs per finished group in process mode (INFO; visible when the env runner
+# configures logging) — used only for progress, never for results.
+_PROGRESS_MARK = b"Successfully processed group"
+# Keys a process-mode child must not inherit: it gets at most the one it needs, by name.
+_STRIPPED_ENV = (*SECRET_ENV_VARS, "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ADMIN_KEY")
+
+
+# --- the per-model process-mode config --------------------------------------------------------
+def process_config(spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer: Path, base_url: str) -> dict[str, Any]:
+    """The YAML Atropos `process --config` reads for one model (no secret in it, ever)."""
+    env = dict(spec.env_config)
+    env.update(
+        total_steps=spec.num_steps,
+        group_size=spec.group_size,
+        use_wandb=spec.use_wandb,
+        wandb_name=f"test-{spec.environment.name}-{spec.test_id}-{model.slug}",
+        data_path_to_save_groups=str(model_dir / MODEL_JSONL),
+        # BaseEnv loads a tokenizer in every mode; only a local folder works offline.
+        tokenizer_name=str(tokenizer),
+        include_messages=True,
+        ensure_scores_are_not_same=False,
+    )
+    if isinstance(env.get("batch_size"), int) and 0 < env["batch_size"] < spec.group_size:
+        env["batch_size"] = spec.group_size
+    openai: dict[str, Any] = {
+        "base_url": base_url,
+        "model_name": model.id if model.provider == "openrouter" else LOCAL_MODEL_NAME,
+        "server_type": "openai",
+        # null makes the openai client read OPENAI_API_KEY from the environment; the local
+        # server needs no key but the client insists on a non-empty one.
+        "api_key": None if model.provider == "openrouter" else "local",
+        # Upstream pings the server every second with a real (paid) completion when this is on.
+        "health_check": False,
+        "timeout": max(30, int(spec.model_timeout_s)),
+        "num_requests_for_eval": 4,
+    }
+    return {"env": env, "openai": openai}
+
+
+def child_env(settings: Settings, model: ModelSpec) -> dict[str, str]:
+    """A process-mode child's environment: no secrets but the one key its provider needs."""
+    env = settings.child_env()
+    for name in _STRIPPED_ENV:
+        env.pop(name, None)
+    # Environments using managed_server() need this against OpenAI-type endpoints
+    # (upstream bug 4): a dummy token tracker that is fine for scoring, not for training.
+    env["ATROPOS_ALLOW_DUMMY_MANAGED_SERVER"] = "1"
+    if not settings.wandb_enabled:
+        env["WANDB_MODE"] = "disabled"
+    if model.provider == "openrouter" and settings.openrouter_api_key is not None:
+        env["OPENAI_API_KEY"] = settings.openrouter_api_key.get_secret_value()
+    return env
+
+
+def process_argv(spec: TestSpec, config_path: Path) -> list[str]:
+    env = spec.environment
+    return [
+        sys.executable,
+        "-m",
+        "mcp_rl.environments.runner",
+        str(env.file_path),
+        env.class_name,
+        "--project-root",
+        str(env.project_root),
+        "process",
+        "--config",
+        str(config_path),
+    ]
+
+
+# --- the local inference server ---------------------------------------------------------------
+class LocalServerError(McpRlError):
+    pass
+
+
+@dataclass
+class LocalServer:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @classmethod
+    def start(cls, settings: Settings, model_path: Path, log_path: Path, timeout_s: float, stop: threading.Event) -> LocalServer:
+        """Start the model server and wait for /health, failing with the log tail."""
+        (port,) = allocate_ports(1)
+        env = settings.child_env()
+        for name in _STRIPPED_ENV:
+            env.pop(name, None)
+        argv = [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(model_path), "--port", str(port)]
+        proc = spawn(argv, log_path, env)
+        server = cls(proc=proc, port=port, log_path=log_path)
+        log.info("local model server pid %s on port %s", proc.pid, port)
+        deadline = time.monotonic() + timeout_s
+        url = f"http://127.0.0.1:{port}/health"
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise LocalServerError(
+                    f"the local model server exited ({code}) before it was ready:\n{report.tail_text(log_path)}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return server
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline or stop.is_set():
+                server.stop()
+                reason = "the test was cancelled" if stop.is_set() else f"not ready after {timeout_s:.0f} s"
+                raise LocalServerError(f"the local model server was {reason}:\n{report.tail_text(log_path)}")
+            stop.wait(0.25)
+
+    def stop(self) -> None:
+        stop_group(self.proc.pid, self.proc.pid, None, STOP_GRACE_S)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+# --- one model's run ------------------------------------------------------------------------
+@dataclass
+class ModelRun:
+    model: ModelSpec
+    folder: Path
+    result: ModelResult
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    deadline: float = 0.0
+    _offsets: dict[str, int] = field(default_factory=lambda: {"log": 0, "jsonl": 0})
+    _counts: dict[str, int] = field(default_factory=lambda: {"log": 0, "jsonl": 0})
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / MODEL_LOG
+
+    def count_progress(self) -> bool:
+        """Update steps_done from the log and the JSONL; True if it changed.
+
+        Atropos logs a line per finished group only when INFO logging is on, and buffers its
+        JSONL writes: either can lag, so the larger count wins. Progress only, never results.
+        """
+        marks = self._count_new(self.log_path, "log", _PROGRESS_MARK)
+        lines = self._count_new(self.folder / MODEL_JSONL, "jsonl", b"\n")
+        if not (marks or lines):
+            return False
+        self._counts["log"] += marks
+        self._counts["jsonl"] += lines
+        done = max(self._counts.values())
+        if done == self.result.steps_done:
+            return False
+        self.result = self.result.model_copy(update={"steps_done": done})
+        return True
+
+    def _count_new(self, path: Path, key: str, needle: bytes) -> int:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self._offsets[key])
+                chunk = fh.read()
+        except FileNotFoundError:
+            return 0
+        cut = chunk.rfind(b"\n") + 1  # a partial last line is read next time
+        self._offsets[key] += cut
+        return chunk[:cut].count(needle)
+
+
+class TestWorker:
+    """Runs one test to the end; `stop` (set by SIGTERM/SIGINT) ends it early and cleanly."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, test_dir: Path, settings: Settings) -> None:
+        self.dir = test_dir
+        self.settings = settings
+        self.spec = TestSpec.load(test_dir / SPEC_FILE)
+        self.stop = threading.Event()
+        self.started_at = time.time()
+        self.runs = [
+            ModelRun(model=m, folder=test_dir / m.slug, result=report.initial_result(self.spec, m, test_dir / m.slug))
+            for m in self.spec.models
+        ]
+        self._last_write = 0.0
+
+    # -- summary ---------------------------------------------------------------------------
+    def write_summary(self, state: str = "running", note: str | None = None) -> None:
+        finished = time.time() if state != "running" else None
+        result = report.build_result(
+            self.spec, [r.result for r in self.runs], self.dir, self.started_at, state, finished, note  # type: ignore[arg-type]
+        )
+        result.dump(self.dir / SUMMARY_FILE)
+        self._last_write = time.monotonic()
+
+    def _finish(self, run: ModelRun, state: str, error: str | None = None) -> None:
+        now = time.time()
+        code = run.proc.returncode if run.proc is not None else None
+        groups, bad = report.read_groups(run.folder / MODEL_JSONL)
+        result = report.score_groups(run.result, groups, bad)
+        if state == "succeeded" and not groups:
+            state, error = "failed", "the environment exited without writing any scored group"
+        if state != "succeeded":
+            result = result.model_copy(update={"log_tail": report.tail_text(run.log_path)})
+        result = result.model_copy(
+            update={
+                "state": state,
+                "error": error,
+                "exit_code": code,
+                "finished_at": now,
+                "elapsed_s": round(now - run.started, 2) if run.started else None,
+                "steps_done": max(result.steps_done, len(groups)),
+            }
+        )
+        run.result = result
+        run.folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(run.folder / MODEL_RESULT_FILE, result.model_dump_json(indent=2))
+        log.info("model %s: %s%s", run.model.id, state, f" ({error})" if error else "")
+
+    def _start(self, run: ModelRun, tokenizer: Path, local: LocalServer | None) -> None:
+        run.folder.mkdir(parents=True, exist_ok=True)
+        base_url = local.base_url if run.model.provider == "local" and local else self.spec.openrouter_base_url
+        config = process_config(self.spec, run.model, run.folder, tokenizer, base_url)
+        config_path = run.folder / MODEL_CONFIG_FILE
+        write_text_atomic(config_path, yaml.safe_dump(config, sort_keys=False))
+        run.started = time.time()
+        run.deadline = time.monotonic() + self.spec.model_timeout_s
+        run.proc = spawn(process_argv(self.spec, config_path), run.log_path, child_env(self.settings, run.model), cwd=run.folder)
+        run.result = run.result.model_copy(update={"state": "running", "started_at": run.started})
+        log.info("model %s: started pid %s", run.model.id, run.proc.pid)
+
+    def _kill(self, run: ModelRun) -> None:
+        if run.proc is None:
+            return
+        stop_group(run.proc.pid, run.proc.pid, None, STOP_GRACE_S)
+        try:
+            run.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> str:
+        """Run every model; returns the test's final state."""
+        self.write_summary()
+        local: LocalServer | None = None
+        pending = list(self.runs)
+        running: list[ModelRun] = []
+        final_state = "completed"
+        note: str | None = None
+        try:
+            try:
+                from mcp_rl.models import resolve_model
+
+                tokenizer = resolve_model(self.settings, self.spec.local_model)
+            except Exception as exc:  # noqa: BLE001 - reported as the test's failure
+                raise LocalServerError(f"cannot load the local model/tokenizer: {exc}") from exc
+            if any(r.model.provider == "local" for r in pending):
+                try:
+                    local = LocalServer.start(
+                        self.settings, tokenizer, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s, self.stop
+                    )
+                except LocalServerError as exc:
+                    for run in [r for r in pending if r.model.provider == "local"]:
+                        pending.remove(run)
+                        self._finish(run, "failed", str(exc))
+                    self.write_summary()
+            while (pending or running) and not self.stop.is_set():
+                changed = False
+                while pending and len(running) < self.spec.max_parallel:
+                    run = pending.pop(0)
+                    self._start(run, tokenizer, local)
+                    running.append(run)
+                    changed = True
+                for run in list(running):
+                    assert run.proc is not None
+                    changed |= run.count_progress()
+                    code = run.proc.poll()
+                    if code is not None:
+                        running.remove(run)
+                        if code == 0:
+                            self._finish(run, "succeeded")
+                        else:
+                            self._finish(run, "failed", f"the environment exited with code {code}")
+                        changed = True
+                    elif time.monotonic() > run.deadline:
+                        self._kill(run)
+                        running.remove(run)
+                        self._finish(run, "timed_out", f"no result within {self.spec.model_timeout_s:.0f} s; killed")
+                        changed = True
+                if changed or time.monotonic() - self._last_write > HEARTBEAT_S:
+                    self.write_summary()
+                self.stop.wait(TICK_S)
+            if self.stop.is_set() and (pending or running):
+                final_state, note = "cancelled", None
+                for run in running:
+                    self._kill(run)
+                    self._finish(run, "cancelled", "the test was cancelled")
+                for run in pending:
+                    self._finish(run, "cancelled", "the test was cancelled before this model started")
+        except LocalServerError as exc:
+            final_state, note = "failed", str(exc).splitlines()[0]
+            for run in [*running, *pending]:
+                self._kill(run)
+                self._finish(run, "failed", str(exc))
+        except BaseException as exc:
+            final_state, note = "failed", f"the test worker crashed: {exc!r}"
+            log.exception("worker crashed")
+            for run in [*running, *pending]:
+                self._kill(run)
+                if run.result.state not in ("succeeded", "failed", "timed_out"):
+                    self._finish(run, "failed", note)
+            raise
+        finally:
+            if local is not None:
+                local.stop()
+            self.write_summary(final_state, note)
+        return final_state
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mcp_rl.inference_test", description=__doc__.splitlines()[0])
+    parser.add_argument("--test-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker = TestWorker(args.test_dir.resolve(), Settings.from_env())
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s: cancelling the test", signum)
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    state = worker.run()
+    log.info("test %s %s", worker.spec.test_id, state)
+    return 0 if state == "completed" else 1
+

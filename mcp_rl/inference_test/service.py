@@ -1,0 +1,330 @@
+"""Starting inference tests, waiting on them with progress, reading their results.
+
+A test runs in a detached worker (own session, see `runner`), so it keeps going when the MCP
+server exits or the tool call is abandoned; everything about it is in `tests/<test_id>/`, so any
+later server reads it. No MCP types here: the adapter is `mcp_rl.server.inference_tools`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import yaml
+
+from mcp_rl.errors import NotFound, UserError
+from mcp_rl.inference_test import report
+from mcp_rl.inference_test.models import (
+    FINAL_MODEL_STATES,
+    MODEL_HTML,
+    MODEL_JSONL,
+    MODEL_LOG,
+    SLUG_RE,
+    SPEC_FILE,
+    SUMMARY_FILE,
+    TEST_ID_RE,
+    WORKER_FILE,
+    WORKER_LOG,
+    InferenceTestResult,
+    ModelResult,
+    ModelSpec,
+    TestSpec,
+    WorkerRecord,
+    model_slug,
+    test_uri,
+)
+from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
+from mcp_rl.settings import Settings, configs_dir
+
+LOCAL_MODEL_ID = "local"
+DEFAULT_MAX_PARALLEL = 3
+DEFAULT_MODEL_TIMEOUT_S = 600.0
+MAX_MODELS = 8
+NUM_STEPS_RANGE = (1, 20)
+GROUP_SIZE_RANGE = (1, 64)
+
+ProgressCallback = Callable[[float, float, str], Awaitable[None]]
+FileKind = Literal["jsonl", "html", "log"]
+_FILES: dict[str, str] = {"jsonl": MODEL_JSONL, "html": MODEL_HTML, "log": MODEL_LOG}
+
+
+# --- which models ---------------------------------------------------------------------------
+def model_catalog() -> tuple[list[ModelSpec], ModelSpec]:
+    """The default OpenRouter models and the local entry, from configs/test_models.yaml."""
+    raw = yaml.safe_load((configs_dir() / "test_models.yaml").read_text(encoding="utf-8"))
+    remote = [
+        ModelSpec(id=m["id"], name=m["name"], scale=m["scale"], provider="openrouter", slug=model_slug(m["id"]))
+        for m in raw["openrouter"]
+    ]
+    loc = raw["local"]
+    return remote, ModelSpec(id=LOCAL_MODEL_ID, name=loc["name"], scale=loc["scale"], provider="local", slug=LOCAL_MODEL_ID)
+
+
+def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]:
+    """The models a test runs: the defaults, or exactly the ids asked for (none dropped).
+
+    Raises:
+        UserError: an OpenRouter id without OPENROUTER_API_KEY, too many or empty ids.
+    """
+    remote, local = model_catalog()
+    has_key = settings.openrouter_api_key is not None
+    if not models:
+        return remote if has_key else [local]
+    ids: list[str] = []
+    for raw in models:
+        model_id = raw.strip()
+        if not model_id:
+            raise UserError("models contains an empty id. Give OpenRouter ids such as 'qwen/qwen3-8b', or 'local'.")
+        if model_id not in ids:
+            ids.append(model_id)
+    if len(ids) > MAX_MODELS:
+        raise UserError(f"At most {MAX_MODELS} models per test (got {len(ids)}); split them over several tests.")
+    known = {m.id: m for m in remote}
+    planned: list[ModelSpec] = []
+    slugs: set[str] = set()
+    for model_id in ids:
+        if model_id == LOCAL_MODEL_ID:
+            spec = local
+        else:
+            if not has_key:
+                raise UserError(
+                    f"Model {model_id!r} is an OpenRouter model, but OPENROUTER_API_KEY is not set. "
+                    "Set it in the server's environment, or test with models=['local'] (the embedded default model, no key needed)."
+                )
+            spec = known.get(model_id) or ModelSpec(
+                id=model_id, name=model_id, scale="custom", provider="openrouter", slug=model_slug(model_id)
+            )
+        slug, n = spec.slug, 2
+        while slug in slugs:  # two ids that differ only in punctuation
+            slug, n = f"{spec.slug}-{n}", n + 1
+        slugs.add(slug)
+        planned.append(spec.model_copy(update={"slug": slug}))
+    return planned
+
+
+# --- the selected environment ---------------------------------------------------------------
+def session_environment(environments: Any) -> tuple[EnvironmentRef, dict[str, Any]]:
+    """The session's environment and its config as a test uses it: config_init values, the
+    agent's edits, then the locked fields of the session's backend (`derived` ones are the
+    worker's business). `environments` is the server's EnvironmentService.
+
+    Raises:
+        UserError: no environment selected, or its file is gone.
+    """
+    from mcp_rl import config
+
+    session, spec = environments.selected()
+    values: dict[str, Any] = {**spec.initial_values, **session.edits}
+    options, _ = config.resolve_run_options(environments.settings, session.run_options)
+    backend = config.effective_backend(environments.settings, options.backend)
+    for name, value in config.locked_fields(backend).env.items():
+        if value != config.DERIVED:
+            values[name] = value
+    known = {f.name for f in spec.fields}
+    return session.environment, {k: v for k, v in values.items() if k in known}
+
+
+# --- starting -------------------------------------------------------------------------------
+def new_test_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def _check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= value <= high:
+        raise UserError(f"{name} must be between {low} and {high} (got {value}).")
+
+
+def start_test(
+    settings: Settings,
+    environment: EnvironmentRef,
+    env_config: dict[str, Any],
+    *,
+    num_steps: int = 3,
+    group_size: int = 16,
+    models: list[str] | None = None,
+    max_parallel: int = DEFAULT_MAX_PARALLEL,
+    model_timeout_s: float = DEFAULT_MODEL_TIMEOUT_S,
+    local_server_timeout_s: float = 300.0,
+) -> InferenceTestResult:
+    """Write the test's spec and start its detached worker; returns the initial result at once.
+
+    Raises:
+        UserError: bad ranges or models (see `plan_models`).
+    """
+    from mcp_rl.supervisor.processes import identify, spawn
+
+    _check_range("num_steps", num_steps, NUM_STEPS_RANGE)
+    _check_range("group_size", group_size, GROUP_SIZE_RANGE)
+    if max_parallel < 1:
+        raise UserError("max_parallel must be at least 1.")
+    planned = plan_models(settings, models)
+    settings.ensure_home()
+    test_id = new_test_id()
+    test_dir = settings.tests_dir / test_id
+    test_dir.mkdir(mode=0o700)
+    spec = TestSpec(
+        test_id=test_id,
+        created_at=time.time(),
+        environment=environment,
+        env_config=env_config,
+        num_steps=num_steps,
+        group_size=group_size,
+        models=planned,
+        max_parallel=max_parallel,
+        model_timeout_s=model_timeout_s,
+        local_server_timeout_s=local_server_timeout_s,
+        openrouter_base_url=settings.openrouter_base_url,
+        # The worker reads no MCP_RL_MODEL of ours: the choice travels in the spec.
+        local_model=str(settings.model_path) if settings.model_path else "default",
+        use_wandb=settings.wandb_enabled,
+    )
+    spec.dump(test_dir / SPEC_FILE)
+    initial = report.build_result(
+        spec, [report.initial_result(spec, m, test_dir / m.slug) for m in planned], test_dir, spec.created_at, "running"
+    )
+    initial.dump(test_dir / SUMMARY_FILE)
+    argv = [sys.executable, "-m", "mcp_rl.inference_test", "--test-dir", str(test_dir)]
+    proc = spawn(argv, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir)
+    ident = identify(proc.pid)
+    record = WorkerRecord(
+        pid=proc.pid,
+        pgid=ident.pgid if ident else proc.pid,
+        create_time=ident.create_time if ident else 0.0,
+        started_at=time.time(),
+    )
+    write_text_atomic(test_dir / WORKER_FILE, record.model_dump_json())
+    return initial
+
+
+# --- reading --------------------------------------------------------------------------------
+def test_dir(settings: Settings, test_id: str) -> Path:
+    """The folder of an existing test.
+
+    Raises:
+        NotFound: malformed or unknown id.
+    """
+    path = settings.tests_dir / test_id
+    if not TEST_ID_RE.match(test_id) or not (path / SPEC_FILE).is_file():
+        raise NotFound(
+            f"Unknown test_id {test_id!r}. Test ids are returned by rl_test_inference; tests are kept in {settings.tests_dir}."
+        )
+    return path
+
+
+def _worker_alive(folder: Path) -> bool:
+    from mcp_rl.supervisor.processes import is_alive
+
+    try:
+        record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        # Written right after the spawn; a reader may be a few milliseconds early.
+        return True
+    return is_alive(record.pid, record.create_time or None)
+
+
+def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
+    """The latest state of a test. A test whose worker died unannounced reads as failed."""
+    folder = test_dir(settings, test_id)
+    result = InferenceTestResult.load(folder / SUMMARY_FILE)
+    if result.state != "running" or _worker_alive(folder):
+        return result
+    # The worker may have written its final summary just before exiting: read once more.
+    result = InferenceTestResult.load(folder / SUMMARY_FILE)
+    if result.state != "running":
+        return result
+    tail = report.tail_text(folder / WORKER_LOG)
+    error = "the test worker exited before this model finished"
+    models = [
+        m if m.state in FINAL_MODEL_STATES else m.model_copy(update={"state": "failed", "error": error, "log_tail": tail})
+        for m in result.models_tested
+    ]
+    spec = TestSpec.load(folder / SPEC_FILE)
+    failed = report.build_result(
+        spec, models, folder, result.started_at, "failed", time.time(),
+        note=f"The test worker exited unexpectedly; see {folder / WORKER_LOG}.",
+    )
+    failed.dump(folder / SUMMARY_FILE)
+    return failed
+
+
+def read_model(settings: Settings, test_id: str, model: str) -> ModelResult:
+    """One model's result, by slug (as in the resource URI) or by model id."""
+    result = read_test(settings, test_id)
+    for entry in result.models_tested:
+        if model in (entry.slug, entry.model):
+            return entry
+    names = ", ".join(m.slug for m in result.models_tested)
+    raise NotFound(f"Test {test_id} has no model {model!r}; its models are: {names}.")
+
+
+def model_file(settings: Settings, test_id: str, model: str, kind: FileKind) -> Path:
+    """The JSONL, HTML report or log of one model (it may not exist yet)."""
+    entry = read_model(settings, test_id, model)
+    if not SLUG_RE.match(entry.slug):
+        raise NotFound(f"Bad model folder {entry.slug!r}.")
+    return test_dir(settings, test_id) / entry.slug / _FILES[kind]
+
+
+# --- waiting --------------------------------------------------------------------------------
+def progress_of(result: InferenceTestResult) -> tuple[int, int]:
+    """(groups done, groups planned) over all models; a finished model counts in full."""
+    steps = result.test_config.num_steps
+    done = sum(steps if m.state in FINAL_MODEL_STATES else min(m.steps_done, steps) for m in result.models_tested)
+    return done, steps * len(result.models_tested)
+
+
+def _progress_message(result: InferenceTestResult) -> str:
+    parts = []
+    for m in result.models_tested:
+        if m.state == "succeeded":
+            parts.append(f"{m.model}: done, accuracy {m.accuracy}")
+        elif m.state in FINAL_MODEL_STATES:
+            parts.append(f"{m.model}: {m.state}")
+        elif m.state == "running":
+            parts.append(f"{m.model}: running ({m.steps_done}/{result.test_config.num_steps} steps)")
+        else:
+            parts.append(f"{m.model}: waiting")
+    return "; ".join(parts)
+
+
+async def wait_for_test(
+    settings: Settings,
+    test_id: str,
+    timeout_s: float,
+    on_progress: ProgressCallback | None = None,
+    poll_s: float = 0.5,
+) -> InferenceTestResult:
+    """Wait until the test ends or `timeout_s` passes, reporting progress as it grows.
+
+    A test still running at the deadline is returned as it is (state "running"), with a message
+    saying where to read the result later: it keeps running without us.
+    """
+    deadline = time.monotonic() + timeout_s
+    reported = -1
+    while True:
+        result = await anyio.to_thread.run_sync(read_test, settings, test_id)
+        done, total = progress_of(result)
+        if on_progress is not None and done > reported:
+            reported = done
+            await on_progress(float(done), float(total), _progress_message(result))
+        if result.state != "running":
+            return result
+        if time.monotonic() >= deadline:
+            finished = result.summary.models_finished
+            return result.model_copy(
+                update={
+                    "message": (
+                        f"Still running after {timeout_s:.0f} s ({finished}/{len(result.models_tested)} models finished); "
+                        f"it keeps running in the background, independent of this server. "
+                        f"Read {test_uri(test_id)} for the result (each model has at most "
+                        f"{result.test_config.model_timeout_s:.0f} s)."
+                    )
+                }
+            )
+        await anyio.sleep(poll_s)
