@@ -1,0 +1,166 @@
+"""The run service against a real registry, real run directories and real (small) processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_rl.errors import NotFound
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import processes, service
+from mcp_rl.supervisor.registry import Registry, RunRecord
+from mcp_rl.supervisor.states import ProcState, RunState
+from mcp_rl.supervisor.supervisor import Policy
+
+SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
+
+
+@pytest.fixture
+def registry(settings: Settings) -> Registry:
+    return service.registry_for(settings)
+
+
+def _add_run(settings: Settings, registry: Registry, run_id: str, state: RunState = RunState.STARTING,
+             created_at: float | None = None, supervisor: processes.ProcessIdentity | None = None) -> Path:
+    run_dir = settings.runs_dir / run_id
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
+    now = created_at or time.time()
+    registry.create_run(RunRecord(
+        run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING, created_at=now,
+        updated_at=now, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml"),
+        supervisor_pid=supervisor.pid if supervisor else None,
+        supervisor_create_time=supervisor.create_time if supervisor else None,
+    ))
+    if state in (RunState.RUNNING, RunState.COMPLETED):
+        registry.transition(run_id, RunState.RUNNING, "ready")
+    if state != RunState.RUNNING and state != RunState.STARTING:
+        registry.transition(run_id, state, f"test {state}")
+    return run_dir
+
+
+def _sleeper(tmp_path: Path, name: str) -> processes.ProcessIdentity:
+    popen = processes.spawn(SLEEPER, tmp_path / f"{name}.log", dict(os.environ))
+    return processes.identify(popen.pid)
+
+
+def test_unknown_run_ids_are_not_found_and_never_paths(settings: Settings) -> None:
+    for bad in ("nope", "../etc", "a/b", ""):
+        with pytest.raises(NotFound, match="rl_list_runs"):
+            service.run_status(settings, bad)
+        with pytest.raises(NotFound):
+            service.read_log(settings, bad, "trainer")
+
+
+def test_logs_are_tail_limited_and_process_names_checked(settings: Settings, registry: Registry) -> None:
+    run_dir = _add_run(settings, registry, "r1", RunState.COMPLETED)
+    (run_dir / "logs" / "trainer.log").write_text("".join(f"line {i}\n" for i in range(1000)))
+    text = service.read_log(settings, "r1", "trainer", tail=5)
+    assert text.splitlines()[1:] == [f"line {i}" for i in range(995, 1000)]
+    assert "last 5 lines" in text.splitlines()[0]
+    assert len(service.read_log(settings, "r1", "trainer").splitlines()) == service.DEFAULT_LOG_TAIL + 1
+    for bad in ("../../state.db", "trainer.log", "nope"):
+        with pytest.raises(NotFound, match="api, trainer, env, supervisor"):
+            service.read_log(settings, "r1", bad)
+    assert "does not exist yet" in service.read_log(settings, "r1", "env")
+
+
+def test_stopping_an_ended_run_is_a_no_op_that_says_so(settings: Settings, registry: Registry) -> None:
+    _add_run(settings, registry, "done", RunState.COMPLETED)
+    result = service.stop_run(settings, "done")
+    assert not result.was_running and result.status == RunState.COMPLETED
+    assert "already ended" in result.message
+    assert registry.get_run("done").state == RunState.COMPLETED
+
+
+def test_status_rate_limit_keeps_the_state_and_reports_an_end_at_once(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    sup = _sleeper(tmp_path, "sup")
+    try:
+        run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.25, "train/loss": 0.5}) + "\n")
+        first = service.run_status(settings, "r1", min_interval_s=1800)
+        assert not first.rate_limited and first.metrics.step == 1 and first.metrics.reward_mean == 0.25
+        second = service.run_status(settings, "r1", min_interval_s=1800)
+        assert second.rate_limited and second.status == RunState.RUNNING and 1700 < second.next_check_in_seconds <= 1800
+        assert second.metrics is None
+        registry.transition("r1", RunState.FAILED, "trainer exited with exit code 1")
+        ended = service.run_status(settings, "r1", min_interval_s=1800)
+        assert not ended.rate_limited and ended.status == RunState.FAILED and "exit code 1" in ended.error
+        again = service.run_status(settings, "r1", min_interval_s=1800)
+        assert again.rate_limited and again.status == RunState.FAILED and "exit code 1" in again.error
+        assert not service.run_status(settings, "r1", min_interval_s=0).rate_limited
+    finally:
+        processes.stop_group(sup.pid, sup.pgid, sup.create_time, 2)
+
+
+def test_status_is_fast_and_reads_only_the_end_of_the_metrics(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    sup = _sleeper(tmp_path, "sup")
+    try:
+        run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
+        with open(run_dir / "metrics.jsonl", "w") as fh:
+            for step in range(1, 20001):
+                fh.write(json.dumps({"step": step, "reward/mean": step / 1e5, "train/loss": 1.0, "pad": "x" * 200}) + "\n")
+        (run_dir / "trainer_status.json").write_text(json.dumps({"phase": "training", "step": 20000, "num_steps": 30000, "wandb_url": "https://wandb.ai/x/y/runs/z"}))
+        service.run_status(settings, "r1")
+        started = time.perf_counter()
+        status = service.run_status(settings, "r1")
+        elapsed = time.perf_counter() - started
+        assert elapsed < 0.1, elapsed
+        assert status.metrics.step == 20000 and status.metrics.num_steps == 30000
+        assert status.wandb_url == "https://wandb.ai/x/y/runs/z" and status.trainer_phase == "training"
+    finally:
+        processes.stop_group(sup.pid, sup.pgid, sup.create_time, 2)
+
+
+def test_list_runs_newest_first_with_latest_reward(settings: Settings, registry: Registry) -> None:
+    _add_run(settings, registry, "old", RunState.COMPLETED, created_at=1000.0)
+    run_dir = _add_run(settings, registry, "new", RunState.COMPLETED, created_at=2000.0)
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "reward/mean": 0.1}) + "\n" + json.dumps({"step": 2, "reward/mean": 0.7}) + "\n"
+    )
+    listing = service.list_runs(settings)
+    assert [r.run_id for r in listing.runs] == ["new", "old"] and listing.count == 2
+    assert listing.runs[0].latest_reward == 0.7 and listing.runs[0].step == 2
+    assert listing.runs[1].latest_reward is None
+
+
+def test_reconcile_fails_runs_whose_supervisor_died_and_ends_their_processes(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    _add_run(settings, registry, "orphan", RunState.RUNNING, supervisor=dead)
+    leftover = _sleeper(tmp_path, "trainer")
+    registry.set_process("orphan", "trainer", state=ProcState.RUNNING, pid=leftover.pid, pgid=leftover.pgid, create_time=leftover.create_time)
+    alive_sup = _sleeper(tmp_path, "live-supervisor")
+    try:
+        _add_run(settings, registry, "healthy", RunState.RUNNING, supervisor=alive_sup)
+        _add_run(settings, registry, "launching", RunState.STARTING)  # no supervisor pid yet, just created
+        _add_run(settings, registry, "never", RunState.STARTING, created_at=time.time() - 3600)
+        report = service.reconcile(settings, Policy(stop_grace_s=2))
+        assert sorted(report.failed) == ["never", "orphan"] and report.checked == 4
+        orphan = registry.get_run("orphan")
+        assert orphan.state == RunState.FAILED and f"supervisor (pid {dead.pid}) died" in orphan.cause
+        assert not processes.is_alive(leftover.pid, leftover.create_time)
+        assert registry.get_run("healthy").state == RunState.RUNNING
+        assert registry.get_run("launching").state == RunState.STARTING
+        assert "never started" in registry.get_run("never").cause
+    finally:
+        processes.stop_group(alive_sup.pid, alive_sup.pgid, alive_sup.create_time, 2)
+
+
+def test_stop_without_a_supervisor_ends_the_recorded_groups(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
+    procs = {name: _sleeper(tmp_path, name) for name in ("api", "trainer", "env")}
+    for name, ident in procs.items():
+        registry.set_process("r1", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
+    result = service.stop_run(settings, "r1", Policy(stop_grace_s=2))
+    assert result.was_running and result.status == RunState.STOPPED and result.processes_left == []
+    assert all(not processes.is_alive(i.pid, i.create_time) for i in procs.values())
+    stopped = [e.subject for e in registry.events("r1") if e.state == "stopped" and e.subject != "run"]
+    assert stopped == ["env", "trainer", "api"]
