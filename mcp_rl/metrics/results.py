@@ -7,21 +7,26 @@ the local record lacks. Nothing here fails because of W&B.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import NotFound
 from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
-from mcp_rl.metrics.wandb_reader import WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
+from mcp_rl.metrics.wandb_reader import DEFAULT_DEADLINE_S, WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 
 # How long a W&B answer is reused: look-ups cost seconds, and W&B lags the local files anyway.
 WANDB_CACHE_TTL_S = 60.0
+# The run ids the supervisor hands out (and nothing that could walk out of runs/).
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class WandbSummary(BaseModel):
@@ -36,6 +41,7 @@ class RunResults(BaseModel):
     """What `rl_get_results` returns (also its outputSchema)."""
 
     run_id: str
+    run_dir: str = Field(description="The run's folder: run.yaml, logs/, metrics.jsonl, checkpoints/.")
     state: str = Field(description="starting | running | stopping | completed | failed | stopped (unknown: no registry row).")
     cause: str | None = Field(None, description="Why the run ended or failed, when recorded.")
     environment: str | None = None
@@ -92,6 +98,7 @@ def wandb_query(settings: Settings, run_id: str, config: RunConfig | None) -> Wa
         entity=(wb.entity if wb is not None else None) or settings.wandb_entity,
         group=(wb.group if wb is not None else None) or run_id,
         api_key=settings.wandb_api_key.get_secret_value() if settings.wandb_api_key else None,
+        timeout_s=float(os.environ.get("MCP_RL_WANDB_TIMEOUT") or DEFAULT_DEADLINE_S),
     )
 
 
@@ -102,8 +109,16 @@ async def get_results(
     cache: dict[str, Any] | None = None,
     wandb_api_factory: Any = None,
 ) -> RunResults:
-    """Results of `run_id`. Raises NotFound for an unknown run."""
-    if not run_id or "/" in run_id or run_id.startswith("."):
+    """Results of `run_id`: the local record, then W&B. Raises NotFound for an unknown run."""
+    results, query = await anyio.to_thread.run_sync(local_results, settings, run_id)
+    report = await _wandb_report(query, cache, wandb_api_factory)
+    _merge_wandb(results, report)
+    return results
+
+
+def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQuery]:
+    """Everything the run's own files say (blocking file reads), and where W&B would be."""
+    if not _RUN_ID.match(run_id or ""):
         raise _unknown(run_id)
     record = _registry_record(settings, run_id)
     run_dir = Path(record.run_dir) if record is not None else run_dir_of(settings, run_id)
@@ -127,6 +142,7 @@ async def get_results(
     metrics = store.summarise(table, store.summary_keys(table))
     results = RunResults(
         run_id=run_id,
+        run_dir=str(run_dir),
         state=str(record.state) if record is not None else "unknown",
         cause=record.cause if record is not None else None,
         environment=(record.environment if record is not None else None)
@@ -156,9 +172,7 @@ async def get_results(
     elif weights.sampler_exists is False:
         notes.append(f"The recorded weights folder {weights.sampler_weights} no longer exists.")
 
-    report = await _wandb_report(wandb_query(settings, run_id, config), cache, wandb_api_factory)
-    _merge_wandb(results, report)
-    return results
+    return results, wandb_query(settings, run_id, config)
 
 
 async def _wandb_report(query: WandbQuery, cache: dict[str, Any] | None, factory: Any) -> WandbReport:

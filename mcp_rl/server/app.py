@@ -13,7 +13,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from mcp.server import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl import __version__
 from mcp_rl.settings import Settings
@@ -41,15 +43,25 @@ class AppState:
 def build_server(settings: Settings | None = None) -> MCPServer:
     settings = settings or Settings.from_env()
     state = AppState(settings=settings)
+    # Resource-change events for 2026-07-28 clients (subscriptions/listen); publishers (the run
+    # watcher in results_tools) hold this bus.
+    bus = state.caches["subscription_bus"] = InMemorySubscriptionBus()
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
         settings.ensure_home()
         for hook in state.caches.get("startup_hooks", []):
             await hook()
-        yield state
+        # Long-lived work of this server (e.g. watching runs for notifications), ended with it.
+        async with anyio.create_task_group() as tasks:
+            for task in state.caches.get("background_tasks", []):
+                tasks.start_soon(task)
+            try:
+                yield state
+            finally:
+                tasks.cancel_scope.cancel()
 
-    mcp = MCPServer("mcp-rl", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    mcp = MCPServer("mcp-rl", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, subscriptions=bus)
 
     # Each module owns one area of the surface. Imported here, not at the top, so that a
     # module's failure to import names itself in the traceback.

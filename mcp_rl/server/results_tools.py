@@ -1,0 +1,218 @@
+"""rl_get_results, the run's reward plot as a resource, and resource-change notifications.
+
+Notifications reach both protocol eras: 2026-07-28 clients through the server's subscription bus
+(`subscriptions/listen`), 2025-11-25 clients through the legacy `resources/subscribe` handler
+registered here (MCPServer registers none; mcp-sdk.md section 9). A background task of the
+server's lifespan polls the registry and the runs' metrics files and publishes what changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.subscriptions import ResourceUpdated
+from mcp.types import (
+    CallToolResult,
+    EmptyResult,
+    ImageContent,
+    ResourceLink,
+    SubscribeRequestParams,
+    TextContent,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
+from pydantic import Field
+
+from mcp_rl.errors import NotFound
+from mcp_rl.metrics import store
+from mcp_rl.metrics.changes import RunWatch
+from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
+from mcp_rl.server.app import AppState
+from mcp_rl.server.errors import resource_errors, tool_errors
+
+log = logging.getLogger(__name__)
+
+RESULTS_ANNOTATIONS = ToolAnnotations(title="Get run results", read_only_hint=True, open_world_hint=True)
+# Seconds between looks at the registry and metrics files (MCP_RL_WATCH_INTERVAL overrides).
+WATCH_INTERVAL_S = 1.0
+_PLOT_CACHE_SIZE = 16
+
+
+class PlotCache:
+    """PNGs keyed by the metrics files' sizes and times: a plot is redrawn only after a new step."""
+
+    def __init__(self, size: int = _PLOT_CACHE_SIZE) -> None:
+        self._size = size
+        self._items: OrderedDict[str, tuple[tuple[Any, ...], bytes]] = OrderedDict()
+
+    @staticmethod
+    def _version(run_dir: Path) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for name in (store.METRICS_FILE, store.ENV_METRICS_FILE):
+            try:
+                st = (run_dir / name).stat()
+                out += [st.st_size, st.st_mtime_ns]
+            except OSError:
+                out += [None, None]
+        return tuple(out)
+
+    async def png(self, run_id: str, run_dir: Path) -> bytes:
+        from mcp_rl.metrics.plot import render_png
+
+        version = self._version(run_dir)
+        hit = self._items.get(run_id)
+        if hit is not None and hit[0] == version:
+            self._items.move_to_end(run_id)
+            return hit[1]
+
+        def draw() -> bytes:
+            return render_png(store.read_step_table(run_dir), f"run {run_id}")
+
+        data = await anyio.to_thread.run_sync(draw)
+        self._items[run_id] = (version, data)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        return data
+
+
+class LegacySubscriptions:
+    """Who subscribed to what with `resources/subscribe` (2025-11-25 clients), per session."""
+
+    def __init__(self) -> None:
+        self._by_uri: dict[str, list[Any]] = {}
+
+    def add(self, uri: str, session: Any) -> None:
+        sessions = self._by_uri.setdefault(uri, [])
+        if not any(s is session for s in sessions):
+            sessions.append(session)
+
+    def remove(self, uri: str, session: Any) -> None:
+        sessions = self._by_uri.get(uri, [])
+        self._by_uri[uri] = [s for s in sessions if s is not session]
+
+    def __bool__(self) -> bool:
+        return any(self._by_uri.values())
+
+    async def notify(self, uri: str) -> None:
+        for session in list(self._by_uri.get(uri, [])):
+            try:
+                await session.send_resource_updated(uri)
+            except Exception as exc:  # a closed session: forget it, keep notifying the others
+                log.debug("dropping legacy subscription to %s: %r", uri, exc)
+                self.remove(uri, session)
+
+
+def _link(uri: str, name: str, mime_type: str, description: str) -> ResourceLink:
+    return ResourceLink(type="resource_link", uri=uri, name=name, mime_type=mime_type, description=description)
+
+
+def _summary_line(results: RunResults) -> str:
+    parts = [f"run {results.run_id}: {results.state}", f"step {results.steps_completed}/{results.num_steps or '?'}"]
+    reward = results.metrics.get(store.REWARD_KEY)
+    if reward is not None:
+        parts.append(
+            f"reward/mean final {reward.final:.4g} (step {reward.final_step}), best {reward.best:.4g} (step {reward.best_step})"
+        )
+    if results.weights.sampler_weights:
+        parts.append(f"weights {results.weights.sampler_weights}")
+    return "; ".join(parts)
+
+
+def register(mcp: MCPServer, state: AppState) -> None:
+    settings = state.settings
+    wandb_cache: dict[str, Any] = state.caches.setdefault("wandb_results", {})
+    plots = state.caches.setdefault("plots", PlotCache())
+    legacy = state.caches.setdefault("legacy_subscriptions", LegacySubscriptions())
+    bus = state.caches.get("subscription_bus")
+
+    @mcp.tool(annotations=RESULTS_ANNOTATIONS)
+    @tool_errors
+    async def rl_get_results(
+        run_id: Annotated[str, Field(description="Run id from rl_start_training or rl_list_runs.")],
+    ) -> Annotated[CallToolResult, RunResults]:
+        """Results of a training run: is it worth keeping, and where are its weights.
+
+        Answers from the run's own metrics (works with W&B off): state; final and best value of
+        reward/mean, train/loss and the environment's accuracy (train/eval percent_correct) with
+        the step each came from; a short history (at most 50 steps, always the first and last);
+        the weights (last saved sampler weights: a tinker:// URL or a local LoRA folder; the
+        resumable checkpoint if any); the W&B run URL when W&B is on. Also returns the reward and
+        loss curve as a PNG and links to the logs and full metrics. W&B problems never fail this
+        tool: they are listed under `notes`. Works while the run is still going.
+        """
+        results = await get_results(settings, run_id, cache=wandb_cache)
+        png = await plots.png(run_id, Path(results.run_dir))
+        structured = results.model_dump(mode="json")
+        content: list[Any] = [
+            TextContent(type="text", text=_summary_line(results)),
+            TextContent(type="text", text=results.model_dump_json()),
+            ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png"),
+            _link(results.plot_uri, "reward and loss plot", "image/png", "PNG of reward/mean and train/loss per step"),
+            _link(results.metrics_uri, "metrics", "application/json", "Per-step metrics (metrics.jsonl)"),
+            _link(f"rl://runs/{run_id}", "run status", "application/json", "State and processes of the run"),
+        ]
+        for name, uri in results.log_uris.items():
+            content.append(_link(uri, f"{name} log", "text/plain", f"Tail of the {name} process log"))
+        return CallToolResult(content=content, structured_content=structured)
+
+    @mcp.resource(
+        "rl://runs/{run_id}/plot.png",
+        name="run_plot",
+        title="Reward and loss plot",
+        description="PNG of a run's reward/mean (and accuracy) and train/loss per step, from metrics.jsonl.",
+        mime_type="image/png",
+    )
+    @resource_errors
+    async def run_plot(run_id: str) -> bytes:
+        run_dir = _registry_run_dir(state, run_id) or run_dir_of(settings, run_id)
+        if not (run_dir / "run.yaml").exists():
+            raise NotFound(f"Unknown run_id {run_id!r}; read rl://runs or call rl_list_runs.")
+        return await plots.png(run_id, run_dir)
+
+    # --- 2025-11-25 subscriptions (the 2026-07-28 ones are the SDK's listen streams) ------------
+    async def on_subscribe(ctx: ServerRequestContext[Any], params: SubscribeRequestParams) -> EmptyResult:
+        legacy.add(str(params.uri), ctx.session)
+        return EmptyResult()
+
+    async def on_unsubscribe(ctx: ServerRequestContext[Any], params: UnsubscribeRequestParams) -> EmptyResult:
+        legacy.remove(str(params.uri), ctx.session)
+        return EmptyResult()
+
+    # MCPServer has no public hook for the legacy methods; the SDK's migration guide uses this.
+    lowlevel = mcp._lowlevel_server
+    lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, on_subscribe)
+    lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, on_unsubscribe)
+
+    async def watch_runs() -> None:
+        interval = float(os.environ.get("MCP_RL_WATCH_INTERVAL") or WATCH_INTERVAL_S)
+        watch = RunWatch(settings)
+        while True:
+            try:
+                changed = await anyio.to_thread.run_sync(watch.poll)
+            except Exception as exc:  # a locked or half-created state.db: try again next time
+                log.debug("run watch poll failed: %r", exc)
+                changed = []
+            for uri in changed:
+                if bus is not None:
+                    await bus.publish(ResourceUpdated(uri=uri))
+                if legacy:
+                    await legacy.notify(uri)
+            await anyio.sleep(interval)
+
+    state.caches.setdefault("background_tasks", []).append(watch_runs)
+
+
+def _registry_run_dir(state: AppState, run_id: str) -> Path | None:
+    if not state.settings.state_db.exists():
+        return None
+    from mcp_rl.supervisor.registry import Registry
+
+    record = Registry(state.settings.state_db).get_run(run_id)
+    return Path(record.run_dir) if record is not None else None
