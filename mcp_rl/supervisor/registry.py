@@ -140,6 +140,9 @@ class Registry:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
+            # Created once per file; afterwards opening costs one read (status calls stay fast).
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_status_checks'").fetchone():
+                return
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
 
