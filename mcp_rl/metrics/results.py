@@ -159,7 +159,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         notes=notes,
         plot_uri=f"rl://runs/{run_id}/plot.png",
         metrics_uri=f"rl://runs/{run_id}/metrics",
-        log_uris={name: f"rl://runs/{run_id}/logs/{name}" for name in ("trainer", "env", "api")},
+        log_uris={name: f"rl://runs/{run_id}/logs/{name}" for name in ("trainer", "env", "api", "supervisor")},
     )
     if not table.rows:
         notes.append("No training step has been logged yet.")

@@ -94,6 +94,8 @@ def test_an_empty_group_is_a_note() -> None:
 def test_key_normalisation() -> None:
     assert normalise_key("gsm8k_0_train/percent_correct") == "train/percent_correct"
     assert normalise_key("my_env_name_12_eval/percent_correct") == "eval/percent_correct"
+    # mcp-rl names the environment's W&B run f"{env}-{run_id}"; run ids may hold _ and digits.
+    assert normalise_key("arithmetic-a_12cd_0_train/percent_correct") == "train/percent_correct"
     assert normalise_key("reward/mean") == "reward/mean"
     assert normalise_key("_step") is None and normalise_key("server/server_0_request_time_avg") is None
 
