@@ -133,12 +133,24 @@ class RunSupervisor:
             if self._stop_requested():
                 return Verdict(RunState.STOPPED, "stop requested while starting")
             running = self._spawn(spec)
+            problem: list[Verdict] = []
+
+            def ended_or_hung() -> bool:
+                # A stale heartbeat counts only once the trainer has written one: loading a
+                # model may take a while before the first.
+                verdict = self._check_exits(starting=True) or self._check_trainer_heartbeat(started_only=True)
+                if verdict is not None:
+                    problem.append(verdict)
+                return bool(problem) or running.ended
+
             outcome = wait_ready(
                 spec.ready,
                 deadline_s=spec.ready_deadline_s,
-                exited=lambda: self._any_exited(),
+                exited=ended_or_hung,
                 abort=self._stop_requested,
             )
+            if problem:
+                return problem[0]
             if outcome == Outcome.READY:
                 self.registry.set_process(self.run_id, spec.name, state=ProcState.RUNNING, ready_at=self.clock())
                 log.info("run %s: %s ready", self.run_id, spec.name)
@@ -146,9 +158,6 @@ class RunSupervisor:
             if outcome == Outcome.ABORTED:
                 return Verdict(RunState.STOPPED, "stop requested while starting")
             if outcome == Outcome.EXITED:
-                verdict = self._check_exits(starting=True)
-                if verdict is not None:
-                    return verdict
                 if spec.ready():  # an environment that registered and already finished
                     self.registry.set_process(self.run_id, spec.name, ready_at=self.clock())
                     continue
@@ -196,9 +205,6 @@ class RunSupervisor:
                 return verdict
             self.stop_signal.wait(self.policy.poll_s)
 
-    def _any_exited(self) -> bool:
-        return any(not r.ended and r.popen.poll() is not None for r in self._procs.values())
-
     def _check_exits(self, starting: bool) -> Verdict | None:
         for name, running in self._procs.items():
             if running.ended:
@@ -242,11 +248,13 @@ class RunSupervisor:
             + self._log_tail(self._procs["trainer"].spec),
         )
 
-    def _check_trainer_heartbeat(self) -> Verdict | None:
+    def _check_trainer_heartbeat(self, started_only: bool = False) -> Verdict | None:
         trainer = self._procs.get("trainer")
         if trainer is None or trainer.ended:
             return None
         status = read_json(self.trainer_status_path) or {}
+        if started_only and not status.get("heartbeat"):
+            return None
         if status.get("wandb_url") and not self._wandb_url_seen:
             self.registry.update_run(self.run_id, wandb_url=str(status["wandb_url"]))
             self._wandb_url_seen = True

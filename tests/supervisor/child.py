@@ -46,6 +46,7 @@ def main() -> int:
     parser.add_argument("--done-when", type=Path)
     parser.add_argument("--exit-code", type=int, default=0)
     parser.add_argument("--no-heartbeat", action="store_true")
+    parser.add_argument("--heartbeats", type=int, default=-1, help="stop heartbeating after N writes")
     parser.add_argument("--phase-at-exit", default="done")
     parser.add_argument("--spawn-grandchild", action="store_true")
     parser.add_argument("--touch", type=Path)
@@ -66,8 +67,9 @@ def main() -> int:
                 write_status(args.status, args.phase_at_exit, 2)
             print(f"done, exiting with {args.exit_code}", flush=True)
             return args.exit_code
-        if args.status and not args.no_heartbeat:
+        if args.status and not args.no_heartbeat and args.heartbeats != 0:
             write_status(args.status, "training", 1)
+            args.heartbeats -= 1
         time.sleep(0.1)
 
 

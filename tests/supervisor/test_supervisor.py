@@ -139,6 +139,29 @@ def test_silent_trainer_fails_past_the_heartbeat_deadline(tmp_path: Path) -> Non
     h.assert_nothing_left()
 
 
+def test_heartbeat_going_stale_while_starting_fails_before_the_ready_deadline(tmp_path: Path) -> None:
+    policy = Policy(stop_grace_s=2, poll_s=0.1, heartbeat_timeout_s=1.0, api_probe_period_s=0.5)
+    h = Harness(tmp_path, policy=policy, heartbeats=1)
+    h.specs[1].ready = lambda: False  # loading forever
+    started = time.monotonic()
+    h.start()
+    assert h.join() == RunState.FAILED
+    assert time.monotonic() - started < 20  # the trainer's ready deadline is 30 s
+    assert "hung" in h.registry.get_run("r1").cause
+    h.assert_nothing_left()
+
+
+def test_environment_exiting_0_without_registering_fails_at_once(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.specs[2].ready = lambda: False
+    started = time.monotonic()
+    h.start()
+    assert h.join() == RunState.FAILED
+    assert time.monotonic() - started < 20  # the env's ready deadline is 30 s
+    assert "env exited 0 before it was ready" in h.registry.get_run("r1").cause
+    h.assert_nothing_left()
+
+
 def test_readiness_deadline_fails_with_the_probe_named(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.specs[1].ready = lambda: False  # never ready
