@@ -1,32 +1,104 @@
-"""The `mcp-rl` command: serve (the MCP server) and the commands people use."""
+"""The `mcp-rl` command: serve (the MCP server) and the commands people use.
+
+    mcp-rl serve [--transport stdio|http] [--host H] [--port P]
+    mcp-rl demo [--home DIR] [--steps N]
+    mcp-rl doctor [--offline] [--json]
+    mcp-rl runs list|status|logs|stop ...
+
+This module only parses arguments and dispatches; the work lives in the modules it names.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+
+from mcp_rl.errors import McpRlError
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from mcp_rl.server import build_server
-
-    mcp = build_server()
     if args.transport == "stdio":
-        mcp.run()
-    else:
-        mcp.run("streamable-http", host=args.host, port=args.port)
+        from mcp_rl.server import build_server
+
+        build_server().run()
+        return 0
+    from mcp_rl.http_serve import serve_http
+
+    serve_http(args.host, args.port, args.path)
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from mcp_rl.doctor import render, run_checks
+
+    report = run_checks(os.environ, offline=args.offline, http_port=args.port)
+    print(report.model_dump_json(indent=2) if args.json else render(report))
+    return 1 if report.failed else 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from mcp_rl import runs_cli
+    from mcp_rl.settings import Settings
+
+    settings = Settings.from_env()
+    if args.runs_command == "list":
+        return runs_cli.cmd_list(settings, args.json)
+    if args.runs_command == "status":
+        return runs_cli.cmd_status(settings, args.run_id, args.json)
+    if args.runs_command == "logs":
+        return runs_cli.cmd_logs(settings, args.run_id, args.process, args.tail, args.follow)
+    return runs_cli.cmd_stop(settings, args.run_id, args.json)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mcp_rl.demo import DemoOptions, run_demo
+
+    return run_demo(DemoOptions(home=args.home, steps=args.steps, keep_home=True))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcp-rl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="mcp-rl", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).")
+    serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).",
+                           description="Run the MCP server. HTTP binds 127.0.0.1 unless --host says otherwise; "
+                           "any non-loopback --host needs MCP_RL_TOKEN (clients send Authorization: Bearer <token>).")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    serve.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
     serve.set_defaults(func=_serve)
+
+    demo = sub.add_parser("demo", help="Run the embedded default end to end through a real MCP client (no keys).")
+    demo.add_argument("--home", default=None, help="state directory for the demo (default: a new folder under MCP_RL_HOME/demos)")
+    demo.add_argument("--steps", type=int, default=None, help="training steps (default: a short run)")
+    demo.set_defaults(func=_demo)
+
+    doctor = sub.add_parser("doctor", help="Check Python, packages, the model cache, the state dir, ports and keys.")
+    doctor.add_argument("--offline", action="store_true", help="do not contact Tinker, W&B or OpenRouter")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.add_argument("--port", type=int, default=8000, help="HTTP port to check (default 8000)")
+    doctor.set_defaults(func=_doctor)
+
+    runs = sub.add_parser("runs", help="List, inspect, read logs of and stop training runs.")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    runs_list = runs_sub.add_parser("list", help="all runs, newest first")
+    runs_list.add_argument("--json", action="store_true")
+    runs_status = runs_sub.add_parser("status", help="one run in detail")
+    runs_status.add_argument("run_id")
+    runs_status.add_argument("--json", action="store_true")
+    runs_logs = runs_sub.add_parser("logs", help="the end of one process's log")
+    runs_logs.add_argument("run_id")
+    runs_logs.add_argument("--process", "-p", default="trainer", choices=["api", "trainer", "env", "supervisor"])
+    runs_logs.add_argument("--tail", "-n", type=int, default=50)
+    runs_logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    runs_stop = runs_sub.add_parser("stop", help="stop a run (env, trainer, API) and wait until nothing is left")
+    runs_stop.add_argument("run_id")
+    runs_stop.add_argument("--json", action="store_true")
+    runs.set_defaults(func=_runs)
     return parser
 
 
@@ -34,4 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     # Logs go to stderr: stdout carries the stdio protocol.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except McpRlError as exc:
+        print(f"mcp-rl {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
