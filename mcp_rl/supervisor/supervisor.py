@@ -293,8 +293,10 @@ class RunSupervisor:
     def _stop_requested(self) -> bool:
         if self.stop_signal.is_set():
             return True
+        # The registry is the truth: a run someone else moved on (a stop, or a reconciling server
+        # that ended it) is not ours to keep going.
         run = self.registry.get_run(self.run_id)
-        return run is not None and run.state == RunState.STOPPING
+        return run is None or run.state not in (RunState.STARTING, RunState.RUNNING)
 
     def _end(self, verdict: Verdict) -> RunState:
         if verdict.state == RunState.FAILED:
