@@ -34,6 +34,7 @@ WORKER_FILE = "worker.json"
 SUMMARY_FILE = "summary.json"
 WORKER_LOG = "worker.log"
 LOCAL_SERVER_LOG = "local_server.log"
+LOCAL_SERVER_FILE = "local_server.json"  # a WorkerRecord of the local model server
 MODEL_RESULT_FILE = "result.json"
 MODEL_CONFIG_FILE = "config.yaml"
 MODEL_JSONL = "groups.jsonl"
@@ -139,6 +140,9 @@ class ModelResult(BaseModel):
     finished_at: float | None = None
     elapsed_s: float | None = None
     exit_code: int | None = None
+    # The model's process (own group), so a reader can end it if the worker died.
+    pid: int | None = None
+    pid_create_time: float | None = None
 
     steps: list[StepResult] = []
     steps_tested: int = 0

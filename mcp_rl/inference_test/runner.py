@@ -32,6 +32,7 @@ import yaml
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
+    LOCAL_SERVER_FILE,
     LOCAL_SERVER_LOG,
     MODEL_CONFIG_FILE,
     MODEL_HTML,
@@ -43,11 +44,12 @@ from mcp_rl.inference_test.models import (
     ModelResult,
     ModelSpec,
     TestSpec,
+    WorkerRecord,
 )
 from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 from mcp_rl.supervisor.ports import allocate_ports
-from mcp_rl.supervisor.processes import spawn, stop_group
+from mcp_rl.supervisor.processes import identify, spawn, stop_group
 
 log = logging.getLogger("mcp_rl.inference_test")
 
@@ -151,6 +153,9 @@ class LocalServer:
         argv = [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(model_path), "--port", str(port)]
         proc = spawn(argv, log_path, env)
         server = cls(proc=proc, port=port, log_path=log_path)
+        ident = identify(proc.pid)
+        record = WorkerRecord(pid=proc.pid, pgid=proc.pid, create_time=ident.create_time if ident else 0.0, started_at=time.time())
+        write_text_atomic(log_path.parent / LOCAL_SERVER_FILE, record.model_dump_json())
         log.info("local model server pid %s on port %s", proc.pid, port)
         deadline = time.monotonic() + timeout_s
         url = f"http://127.0.0.1:{port}/health"
@@ -285,7 +290,15 @@ class TestWorker:
         run.started = time.time()
         run.deadline = time.monotonic() + self.spec.model_timeout_s
         run.proc = spawn(process_argv(self.spec, config_path), run.log_path, child_env(self.settings, run.model), cwd=run.folder)
-        run.result = run.result.model_copy(update={"state": "running", "started_at": run.started})
+        ident = identify(run.proc.pid)
+        run.result = run.result.model_copy(
+            update={
+                "state": "running",
+                "started_at": run.started,
+                "pid": run.proc.pid,
+                "pid_create_time": ident.create_time if ident else None,
+            }
+        )
         log.info("model %s: started pid %s", run.model.id, run.proc.pid)
 
     def _kill(self, run: ModelRun) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from mcp_rl.errors import NotFound, UserError
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
     FINAL_MODEL_STATES,
+    LOCAL_SERVER_FILE,
     MODEL_HTML,
     MODEL_JSONL,
     MODEL_LOG,
@@ -191,6 +193,8 @@ def start_test(
     initial.dump(test_dir / SUMMARY_FILE)
     argv = [sys.executable, "-m", "mcp_rl.inference_test", "--test-dir", str(test_dir)]
     proc = spawn(argv, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir)
+    # Reap it when it ends, so a long-lived server collects no zombies; it is not waited for.
+    threading.Thread(target=proc.wait, name=f"reap-test-{test_id}", daemon=True).start()
     ident = identify(proc.pid)
     record = WorkerRecord(
         pid=proc.pid,
@@ -238,8 +242,19 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
     result = InferenceTestResult.load(folder / SUMMARY_FILE)
     if result.state != "running":
         return result
+    from mcp_rl.supervisor.processes import stop_group
+
     tail = report.tail_text(folder / WORKER_LOG)
     error = "the test worker exited before this model finished"
+    for m in result.models_tested:
+        if m.state == "running" and m.pid:
+            # Its own session outlived the worker: end it, or it runs unwatched.
+            stop_group(m.pid, m.pid, m.pid_create_time, 5.0)
+    try:
+        server = WorkerRecord.model_validate_json((folder / LOCAL_SERVER_FILE).read_text(encoding="utf-8"))
+        stop_group(server.pid, server.pgid, server.create_time or None, 5.0)
+    except (FileNotFoundError, ValueError):
+        pass
     models = [
         m if m.state in FINAL_MODEL_STATES else m.model_copy(update={"state": "failed", "error": error, "log_tail": tail})
         for m in result.models_tested

@@ -1,0 +1,109 @@
+"""Deadlines and endings of an inference test: a hanging model, the early answer, cancellation,
+a worker that dies. OpenRouter is the FAKE on loopback; the processes are real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from pydantic import SecretStr
+
+from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.inference_test import service
+from mcp_rl.inference_test.models import WORKER_FILE, WorkerRecord
+from mcp_rl.settings import Settings
+from tests.fakes.fake_openrouter import FakeOpenRouter
+from tests.inference_test.helpers import ENV_NAME, ENV_PATHS
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+GOOD, HANG = "fake/good-model", "fake/hanging-model"
+
+
+def _settings(home: Path, fake: FakeOpenRouter) -> Settings:
+    return Settings(
+        home=home,
+        env_paths=ENV_PATHS,
+        model_path=Path(os.environ["MCP_RL_MODEL"]),
+        openrouter_api_key=SecretStr("sk-or-FAKE-deadlines"),
+        openrouter_base_url=fake.base_url,
+    )
+
+
+def _environment(settings: Settings):
+    environments = EnvironmentService(settings)
+    environments.select(ENV_NAME)
+    return service.session_environment(environments)
+
+
+def _processes_under(folder: Path) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if str(folder) in cmdline and proc.info.get("status") != psutil.STATUS_ZOMBIE:
+            found.append(f"{proc.info['pid']} {cmdline[:150]}")
+    return found
+
+
+async def _until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await anyio.sleep(0.2)
+
+
+async def test_hanging_model_is_killed_at_its_deadline_the_rest_finishes(home: Path) -> None:
+    with FakeOpenRouter(behaviours={HANG: "hang"}, hang_s=600) as fake:
+        settings = _settings(home, fake)
+        env_ref, env_config = _environment(settings)
+        started = service.start_test(
+            settings, env_ref, env_config, num_steps=1, group_size=2, models=[GOOD, HANG], model_timeout_s=60
+        )
+        early = await service.wait_for_test(settings, started.test_id, 1.0)
+        assert early.state == "running"
+        assert "Still running" in early.message and f"rl://tests/{started.test_id}" in early.message
+
+        done = await service.wait_for_test(settings, started.test_id, 180)
+    assert done.state == "completed"
+    good, hang = done.models_tested
+    assert good.state == "succeeded" and good.total_completions == 2
+    assert hang.state == "timed_out" and "killed" in (hang.error or "") and hang.log_tail is not None
+    assert HANG in fake.models_seen()
+    assert done.summary.environment_working is True and done.summary.best_model == GOOD
+    await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the test's processes to end")
+
+
+async def test_cancelling_the_worker_ends_its_models(home: Path) -> None:
+    with FakeOpenRouter(behaviours={HANG: "hang"}, hang_s=600) as fake:
+        settings = _settings(home, fake)
+        env_ref, env_config = _environment(settings)
+        started = service.start_test(settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300)
+        await _until(lambda: HANG in fake.models_seen(), 120, "the model's first request")
+        record = WorkerRecord.model_validate_json((home / "tests" / started.test_id / WORKER_FILE).read_text())
+        os.kill(record.pid, signal.SIGTERM)
+        done = await service.wait_for_test(settings, started.test_id, 60)
+    assert done.state == "cancelled"
+    assert done.models_tested[0].state == "cancelled"
+    await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the test's processes to end")
+
+
+async def test_a_dead_worker_reads_as_failed_and_its_models_are_ended(home: Path) -> None:
+    with FakeOpenRouter(behaviours={HANG: "hang"}, hang_s=600) as fake:
+        settings = _settings(home, fake)
+        env_ref, env_config = _environment(settings)
+        started = service.start_test(settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300)
+        await _until(lambda: HANG in fake.models_seen(), 120, "the model's first request")
+        await _until(lambda: service.read_test(settings, started.test_id).models_tested[0].pid is not None, 10, "the pid")
+        record = WorkerRecord.model_validate_json((home / "tests" / started.test_id / WORKER_FILE).read_text())
+        os.kill(record.pid, signal.SIGKILL)  # no chance to clean up
+        await _until(lambda: not psutil.pid_exists(record.pid) or psutil.Process(record.pid).status() == psutil.STATUS_ZOMBIE, 10, "the worker to die")
+        result = service.read_test(settings, started.test_id)
+    assert result.state == "failed" and "worker exited" in result.message
+    assert result.models_tested[0].state == "failed"
+    await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the orphaned model process to end")
