@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import AnyUrl
 
 # The bundled environment the tests smoke-test. MCP_RL_TEST_ENV / MCP_RL_TEST_ENV_PATHS exist
 # only to point these tests at another environment while developing.
@@ -22,7 +21,7 @@ async def read_until_done(client: Any, uri: str, timeout_s: float = 600.0) -> di
 
     deadline = time.monotonic() + timeout_s
     while True:
-        contents = (await client.read_resource(AnyUrl(uri))).contents
+        contents = (await client.read_resource(uri)).contents
         data = json.loads(contents[0].text)
         if data["state"] != "running":
             return data
