@@ -44,4 +44,6 @@ def serve_http(host: str, port: int, path: str = "/mcp", env: Mapping[str, str] 
     if not is_loopback(host):
         log.warning("serving on a non-loopback address %s; requests need the bearer token", host)
     # uvicorn's access log holds method, path and status only, never headers (so never the token).
-    uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on")
+    # h11, not httptools: h11 strips optional whitespace around header values (RFC 9110 §5.5), which
+    # the 2026-07-28 Mcp-Name/Mcp-Method header checks rely on; httptools passes it through.
+    uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on", http="h11")
