@@ -69,7 +69,7 @@ def _links(result: InferenceTestResult) -> list[ResourceLink]:
 def as_tool_result(result: InferenceTestResult) -> CallToolResult:
     data = result.model_dump(mode="json")
     return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(data, indent=1)), *_links(result)],
+        content=[TextContent(type="text", text=json.dumps(data, separators=(",", ":"))), *_links(result)],
         structured_content=data,
     )
 

@@ -1,0 +1,70 @@
+"""What a process-mode child gets: its config file and its environment (no processes started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import SecretStr
+
+from mcp_rl.inference_test import runner
+from mcp_rl.inference_test.models import ModelSpec, TestSpec
+from mcp_rl.runconfig import EnvironmentRef
+from mcp_rl.settings import Settings
+
+KEY = "sk-or-v1-FAKE-config-test"
+
+
+def _spec(tmp_path: Path) -> TestSpec:
+    return TestSpec(
+        test_id="t-1",
+        created_at=0.0,
+        environment=EnvironmentRef(name="arithmetic", class_name="A", file_path=tmp_path / "a.py", project_root=tmp_path),
+        env_config={"group_size": 8, "batch_size": 4, "max_token_length": 512, "total_steps": 1000, "use_wandb": True},
+        num_steps=3,
+        group_size=16,
+        models=[
+            ModelSpec(id="qwen/qwen3-8b", name="Qwen3 8B", scale="small", provider="openrouter", slug="qwen_qwen3-8b"),
+            ModelSpec(id="local", name="local", scale="tiny", provider="local", slug="local"),
+        ],
+        max_parallel=3,
+        model_timeout_s=600,
+        openrouter_base_url="https://openrouter.ai/api/v1",
+    )
+
+
+def test_config_overrides_only_what_a_smoke_test_needs_and_holds_no_key(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    remote, local = spec.models
+    cfg = runner.process_config(spec, remote, tmp_path / remote.slug, Path("/models/tok"), spec.openrouter_base_url)
+    env = cfg["env"]
+    assert env["total_steps"] == 3 and env["group_size"] == 16 and env["use_wandb"] is False
+    assert env["max_token_length"] == 512  # the environment's locked value stays
+    assert env["batch_size"] == 16  # never below one group
+    assert env["data_path_to_save_groups"] == str(tmp_path / remote.slug / "groups.jsonl")
+    assert env["tokenizer_name"] == "/models/tok"
+    assert cfg["openai"] == cfg["openai"] | {
+        "base_url": "https://openrouter.ai/api/v1",
+        "model_name": "qwen/qwen3-8b",
+        "server_type": "openai",
+        "api_key": None,  # the openai client then reads OPENAI_API_KEY from the environment
+        "health_check": False,
+    }
+    local_cfg = runner.process_config(spec, local, tmp_path / "local", Path("/models/tok"), "http://127.0.0.1:9/v1")
+    assert local_cfg["openai"]["base_url"] == "http://127.0.0.1:9/v1" and local_cfg["openai"]["api_key"] == "local"
+    assert KEY not in yaml.safe_dump(cfg) and KEY not in " ".join(runner.process_argv(spec, tmp_path / "c.yaml"))
+
+
+def test_child_environment_carries_only_the_key_its_model_needs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-users-own-openai-key")
+    monkeypatch.setenv("TINKER_API_KEY", "tk-secret")
+    settings = Settings(home=tmp_path, openrouter_api_key=SecretStr(KEY), tinker_api_key=SecretStr("tk-secret"))
+    spec = _spec(tmp_path)
+    remote_env = runner.child_env(settings, spec.models[0])
+    local_env = runner.child_env(settings, spec.models[1])
+    assert remote_env["OPENAI_API_KEY"] == KEY
+    assert "OPENROUTER_API_KEY" not in remote_env and "TINKER_API_KEY" not in remote_env
+    assert not {"OPENAI_API_KEY", "OPENROUTER_API_KEY", "TINKER_API_KEY"} & set(local_env)
+    for env in (remote_env, local_env):
+        assert env["ATROPOS_ALLOW_DUMMY_MANAGED_SERVER"] == "1"
+        assert env["WANDB_MODE"] == "disabled" and env["HF_HUB_OFFLINE"] == "1"
