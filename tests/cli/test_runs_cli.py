@@ -1,0 +1,110 @@
+"""`mcp-rl runs list|status|logs|stop` read and change the same state as the MCP tools.
+
+Runs are recorded through the real registry, with real run folders and, for the stop, real
+process groups standing in for a run's supervisor and trainer; the CLI runs as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import processes, service
+from mcp_rl.supervisor.registry import RunRecord
+from mcp_rl.supervisor.states import ProcState, RunState
+from tests.conftest import REPO, make_env
+
+SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
+
+
+def cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = make_env(home)
+    env["PATH"] = os.environ.get("PATH", "")
+    return subprocess.run([sys.executable, "-m", "mcp_rl", "runs", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def add_run(settings: Settings, run_id: str, supervisor: processes.ProcessIdentity | None = None) -> Path:
+    registry = service.registry_for(settings)
+    run_dir = settings.runs_dir / run_id
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
+    now = time.time()
+    registry.create_run(RunRecord(
+        run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING, created_at=now,
+        updated_at=now, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml"),
+        supervisor_pid=supervisor.pid if supervisor else None,
+        supervisor_create_time=supervisor.create_time if supervisor else None,
+    ))
+    registry.transition(run_id, RunState.RUNNING, "ready")
+    return run_dir
+
+
+def sleeper(tmp_path: Path, name: str) -> processes.ProcessIdentity:
+    popen = processes.spawn(SLEEPER, tmp_path / f"{name}.log", dict(os.environ))
+    identity = processes.identify(popen.pid)
+    assert identity is not None
+    return identity
+
+
+def test_runs_commands_over_the_shared_state(tmp_path: Path, home: Path, settings: Settings) -> None:
+    empty = cli(home, "list")
+    assert empty.returncode == 0 and "No runs yet" in empty.stdout
+
+    done_dir = add_run(settings, "done01")
+    rows = [{"step": s, "time": time.time(), "reward/mean": r, "train/loss": 0.5 / s} for s, r in ((1, 0.25), (2, 0.5), (3, 0.8125))]
+    (done_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (done_dir / "logs" / "trainer.log").write_text("".join(f"trainer line {i}\n" for i in range(1, 11)))
+    service.registry_for(settings).transition("done01", RunState.COMPLETED, "trainer finished its last step")
+
+    supervisor = sleeper(tmp_path, "supervisor")
+    trainer = sleeper(tmp_path, "trainer")
+    add_run(settings, "live01", supervisor=supervisor)
+    service.registry_for(settings).set_process("live01", "trainer", state=ProcState.RUNNING, pid=trainer.pid,
+                                               pgid=trainer.pgid, create_time=trainer.create_time)
+    try:
+        listed = cli(home, "list")
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0].split()[:3] == ["RUN", "ID", "ENVIRONMENT"]
+        done_line = next(line for line in lines if line.startswith("done01"))
+        assert "completed" in done_line and "0.812" in done_line and " 3 " in done_line
+        assert any(line.startswith("live01") and "running" in line for line in lines)
+        as_json = json.loads(cli(home, "list", "--json").stdout)
+        assert as_json["count"] == 2 and {r["run_id"] for r in as_json["runs"]} == {"done01", "live01"}
+
+        status = cli(home, "status", "done01")
+        assert status.returncode == 0 and "completed" in status.stdout and "reward mean 0.812" in status.stdout
+        assert json.loads(cli(home, "status", "done01", "--json").stdout)["metrics"]["step"] == 3
+
+        logs = cli(home, "logs", "done01", "--process", "trainer", "--tail", "2")
+        assert logs.returncode == 0 and logs.stdout.splitlines()[-2:] == ["trainer line 9", "trainer line 10"]
+        assert "trainer line 8" not in logs.stdout
+        # --follow on a run that has ended prints the tail and returns.
+        followed = cli(home, "logs", "done01", "-n", "1", "--follow", timeout=60)
+        assert followed.returncode == 0 and followed.stdout.strip().endswith("trainer line 10")
+
+        stopped = cli(home, "stop", "live01")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert "No process of the run is left" in stopped.stdout
+        assert not processes.is_alive(supervisor.pid, supervisor.create_time)
+        assert not processes.is_alive(trainer.pid, trainer.create_time)
+        assert json.loads(cli(home, "status", "live01", "--json").stdout)["status"] == "stopped"
+
+        again = cli(home, "stop", "live01")
+        assert again.returncode == 0 and "already ended" in again.stdout
+    finally:
+        for ident in (supervisor, trainer):
+            processes.stop_group(ident.pid, ident.pgid, ident.create_time, 2)
+
+
+def test_unknown_run_is_a_clear_error(home: Path) -> None:
+    for args in (("status", "nope"), ("logs", "nope"), ("stop", "nope")):
+        result = cli(home, *args)
+        assert result.returncode == 2
+        assert "Unknown run_id 'nope'" in result.stderr and "Traceback" not in result.stderr
