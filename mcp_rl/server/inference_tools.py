@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 from typing import Annotated, Any
 
@@ -120,6 +121,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         running in the background and this returns state "running" with its test_id: read
         rl://tests/{test_id} later for the result. Tests are kept in the state directory.
         """
+        called = time.monotonic()
         env_ref, env_config = await anyio.to_thread.run_sync(service.session_environment, environments())
         started = await anyio.to_thread.run_sync(
             partial(
@@ -138,8 +140,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         async def progress(done: float, total: float, message: str) -> None:
             await ctx.report_progress(done, total, message)
 
-        wait_s = float(state.caches.get("inference_tool_wait_s", TOOL_WAIT_S))
-        result = await service.wait_for_test(settings, started.test_id, wait_s, progress)
+        # The deadline counts from the call: reading the environment's config may have taken a while.
+        wait_s = float(state.caches.get("inference_tool_wait_s", TOOL_WAIT_S)) - (time.monotonic() - called)
+        result = await service.wait_for_test(settings, started.test_id, max(wait_s, 1.0), progress)
         return as_tool_result(result)
 
     @mcp.resource(

@@ -84,11 +84,16 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
             )
             assert not answer.is_error, answer.content
             result = answer.structured_content
-            if result["state"] == "running":  # a slow machine: the test goes on without the call
-                result = await read_until_done(client, result["resource"])
+            # Done or not, the test's resource has the whole answer (while running: the latest state).
+            stored = await read_until_done(client, result["resource"])
+            if result["state"] == "running":  # a slow machine: the test went on without the call
+                result = stored
+            model_log = (await client.read_resource(stored["models_tested"][1]["resources"]["log"] + "?tail=3")).contents[0].text
         answer_text = "".join(getattr(c, "text", "") or "" for c in answer.content)
 
     assert result["state"] == "completed", result["message"]
+    assert stored["summary"] == result["summary"] and stored["test_id"] == result["test_id"]
+    assert len(model_log.splitlines()) == 3
     by_model = {m["model"]: m for m in result["models_tested"]}
     assert list(by_model) == [GOOD, MALFORMED, FAILING]
 
