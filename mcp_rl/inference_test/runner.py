@@ -35,7 +35,6 @@ from mcp_rl.inference_test.models import (
     LOCAL_SERVER_FILE,
     LOCAL_SERVER_LOG,
     MODEL_CONFIG_FILE,
-    MODEL_HTML,
     MODEL_JSONL,
     MODEL_LOG,
     MODEL_RESULT_FILE,

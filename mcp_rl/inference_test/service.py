@@ -268,6 +268,32 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
     return failed
 
 
+def list_tests(settings: Settings, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest tests first (ids start with their UTC start time), in brief."""
+    if not settings.tests_dir.is_dir():
+        return []
+    ids = sorted((p.name for p in settings.tests_dir.iterdir() if (p / SPEC_FILE).is_file()), reverse=True)
+    brief = []
+    for test_id in ids[:limit]:
+        try:
+            result = read_test(settings, test_id)
+        except (NotFound, ValueError, OSError):
+            continue
+        brief.append(
+            {
+                "test_id": test_id,
+                "state": result.state,
+                "environment": result.environment,
+                "models": [m.model for m in result.models_tested],
+                "best_model": result.summary.best_model,
+                "environment_working": result.summary.environment_working,
+                "started_at": result.started_at,
+                "resource": result.resource,
+            }
+        )
+    return brief
+
+
 def read_model(settings: Settings, test_id: str, model: str) -> ModelResult:
     """One model's result, by slug (as in the resource URI) or by model id."""
     result = read_test(settings, test_id)

@@ -145,6 +145,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         result = await service.wait_for_test(settings, started.test_id, max(wait_s, 1.0), progress)
         return as_tool_result(result)
 
+    @mcp.resource("rl://tests", mime_type="application/json", description="Recent inference tests, newest first.")
+    def tests_resource() -> str:
+        return json.dumps({"tests": service.list_tests(settings)}, indent=1)
+
     @mcp.resource(
         "rl://tests/{test_id}",
         mime_type="application/json",

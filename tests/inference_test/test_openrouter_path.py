@@ -8,12 +8,12 @@ right for every other completion, so the scores the environment computes can be 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import threading
 from pathlib import Path
 
-import anyio
 import psutil
 import pytest
 from mcp import Client
@@ -88,11 +88,13 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
             stored = await read_until_done(client, result["resource"])
             if result["state"] == "running":  # a slow machine: the test went on without the call
                 result = stored
+            listing = json.loads((await client.read_resource("rl://tests")).contents[0].text)
             model_log = (await client.read_resource(stored["models_tested"][1]["resources"]["log"] + "?tail=3")).contents[0].text
         answer_text = "".join(getattr(c, "text", "") or "" for c in answer.content)
 
     assert result["state"] == "completed", result["message"]
     assert stored["summary"] == result["summary"] and stored["test_id"] == result["test_id"]
+    assert [t["test_id"] for t in listing["tests"]] == [result["test_id"]]
     assert len(model_log.splitlines()) == 3
     by_model = {m["model"]: m for m in result["models_tested"]}
     assert list(by_model) == [GOOD, MALFORMED, FAILING]
