@@ -12,6 +12,7 @@ import ast
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -29,6 +30,9 @@ class EnvironmentInfo(BaseModel):
     description: str
     source_dir: Path
     project_root: Path
+    # Config edits applied on select: a virtual entry (a GEM id) is the bundled gem env with
+    # its `env_id` preset (see gem_catalog).
+    preset: dict[str, Any] | None = None
 
 
 class ParseProblem(BaseModel):

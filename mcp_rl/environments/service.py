@@ -7,9 +7,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from mcp_rl import config
+from mcp_rl.environments import gem_catalog
 from mcp_rl.environments.discovery import Catalog, EnvironmentInfo, ScanCache, scan
+from mcp_rl.environments.gem_catalog import GemCatalog
 from mcp_rl.environments.introspect import ConfigSpec, read_config_spec
 from mcp_rl.errors import UserError
+from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 
 
@@ -22,6 +25,7 @@ class SelectResult(BaseModel):
     config_source: str
     fallback_reason: str | None = None
     configurable_fields: int
+    preset: dict[str, Any] | None = None
     next_step: str
 
 
@@ -32,16 +36,43 @@ class EnvironmentService:
         self.settings = settings
         self.store = config.SessionStore(settings)
         self._scan_cache = scan_cache or ScanCache()
+        self._gem: GemCatalog | None = None
 
     def catalog(self) -> Catalog:
         return scan(self.settings.environment_dirs(), self._scan_cache)
 
+    def gem(self) -> GemCatalog:
+        """GEM's registered environments (read once per server; cached on disk per version)."""
+        if self._gem is None or self._gem.version != gem_catalog.installed_version():
+            self._gem = gem_catalog.load_catalog(self.settings)
+        return self._gem
+
     def get(self, name: str) -> EnvironmentInfo:
         catalog = self.catalog()
         env = catalog.get(name)
-        if env is None:
-            raise config.unknown_environment(name, catalog.names)
-        return env
+        if env is not None:
+            return env
+        if gem_catalog.looks_like_gem_id(name):
+            return self._gem_environment(name, catalog)
+        raise config.unknown_environment(name, catalog.names)
+
+    def _gem_environment(self, gem_id: str, catalog: Catalog) -> EnvironmentInfo:
+        """A GEM id as a virtual entry: the bundled gem environment with `env_id` preset."""
+        gem = self.gem()
+        entry = gem.get(gem_id)
+        if entry is None:
+            raise gem_catalog.unknown_gem_id(gem_id, gem)
+        bundled = gem_catalog.gem_env_file().resolve()
+        base = next((e for e in catalog.environments if e.file_path == bundled), None)
+        if base is None:
+            raise UserError(f"The bundled GEM environment {bundled} is missing; reinstall mcp-rl.")
+        needs = f" Needs {entry.needs}." if entry.needs else ""
+        return base.model_copy(
+            update={"name": gem_id, "description": f"GEM {entry.description}.{needs}", "preset": {"env_id": gem_id}}
+        )
+
+    def is_gem(self, env: EnvironmentInfo | EnvironmentRef) -> bool:
+        return env.file_path.resolve() == gem_catalog.gem_env_file().resolve()
 
     def spec(self, env: EnvironmentInfo) -> ConfigSpec:
         return read_config_spec(self.settings, env)
@@ -50,7 +81,12 @@ class EnvironmentService:
         env = self.get(name)
         spec = self.spec(env)  # before touching the session: a broken env changes nothing
         config.select_environment(self.store, env)
+        if env.preset:
+            preset = dict(env.preset)
+            self.store.update(lambda s: s.model_copy(update={"edits": preset}))
         note = f" config_init() failed, so BaseEnvConfig defaults are used: {spec.fallback_reason}" if spec.fallback_reason else ""
+        if env.preset:
+            note += f" Preset: {', '.join(f'{k}={v!r}' for k, v in env.preset.items())}."
         return SelectResult(
             message=f"Selected {env.name} ({env.class_name}).{note}",
             environment=env.name,
@@ -60,6 +96,7 @@ class EnvironmentService:
             config_source=spec.source,
             fallback_reason=spec.fallback_reason,
             configurable_fields=len(spec.fields),
+            preset=env.preset,
             next_step="Call rl_get_current_config to see fields, rl_edit_config to change them, then rl_test_inference.",
         )
 
@@ -88,8 +125,30 @@ class EnvironmentService:
         return config.current_config(self.settings, session, spec)
 
     def edit(self, field: str, value: Any) -> config.EditResult:
-        _, spec = self.selected()
-        return config.edit_config(self.settings, self.store, spec, field, value)
+        session, spec = self.selected()
+        gem_id = self._gem_env_id_edit(session, field, value)
+        result = config.edit_config(self.settings, self.store, spec, field, value)
+        if gem_id is not None:
+            # The session is named after the GEM id it trains, so status and runs say which.
+            def rename(s: config.Session) -> config.Session:
+                if s.environment is None or not self.is_gem(s.environment):
+                    return s
+                return s.model_copy(update={"environment": s.environment.model_copy(update={"name": gem_id})})
+
+            self.store.update(rename)
+        return result
+
+    def _gem_env_id_edit(self, session: config.Session, field: str, value: Any) -> str | None:
+        """For the GEM environment's `env_id`: the id if GEM knows it, else an error naming the
+        closest ones (checked here because the config class only knows it is a string)."""
+        if field != "env_id" or session.environment is None or not self.is_gem(session.environment):
+            return None
+        if not isinstance(value, str):
+            return None  # the type check of edit_config reports it
+        gem = self.gem()
+        if gem.get(value) is None:
+            raise gem_catalog.unknown_gem_id(value, gem)
+        return value
 
     def locked(self) -> dict[str, Any]:
         session = self.store.read()

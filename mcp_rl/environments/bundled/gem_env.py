@@ -1,0 +1,524 @@
+"""GEM environments (gem-llm): multi-turn games and tasks, trained with per-turn discounted returns.
+
+One Atropos environment drives any GEM environment id (`game:GuessTheNumber-v0-easy`, Wordle,
+Sudoku, reasoning_gym tasks, ...). Each episode is played turn by turn against the policy: the
+observation is templated, the policy samples an action (token ids and logprobs exactly as
+sampled), GEM steps. Every turn is one transition = one Atropos sequence (prompt tokens masked,
+action tokens trained); its advantage is the discounted return `G_t = r_t + gamma * G_{t+1}`,
+normalised across the submitted transitions when `batch_normalize` is on (ReBN), carried in the
+group's per-token `advantages` so the trainer uses it as given.
+
+A submitted group holds exactly `group_size` transitions (Atropos batches whole groups and
+expects sizes that divide the batch): episodes are played `num_envs` at a time until there are
+enough; a surplus is dropped uniformly at random. In `process` mode (smoke tests) a group holds
+`group_size` whole episodes instead, scored 1 for a success and 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from pydantic import Field
+
+from mcp_rl.environments.gem_returns import (
+    choose_transitions,
+    discounted_returns,
+    episode_success,
+    normalize_returns,
+    token_entropy_estimate,
+)
+
+log = logging.getLogger("mcp_rl.gem_env")
+
+MASKED = -100
+# Atropos's placeholder logprob for prompt tokens (never trained on).
+PROMPT_LOGPROB = 1.0
+# Rounds of `num_envs` episodes a group may take before it is given up (every episode failing).
+MAX_EMPTY_ROUNDS = 3
+
+Template = Literal["qwen3_game", "qwen3_general", "qwen3_game_prefill", "chat", "no"]
+
+
+# --- templates --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prompt:
+    """One turn's prompt: the text given to the model, the user message (chat servers), what
+    the assistant turn starts with (part of the prompt, prepended to the action) and stops."""
+
+    text: str
+    user: str
+    prefill: str = ""
+    stop: tuple[str, ...] = ()
+
+
+def _game_user(observation: str, *, reason: bool) -> str:
+    ask = "Please reason step by step, and put your final answer within \\boxed{}." if reason else (
+        "Put your final answer within \\boxed{}."
+    )
+    return f"You are playing language games. Make valid actions to win.\nObservation: {observation}\n{ask}"
+
+
+def _chatml(user: str, prefill: str = "") -> str:
+    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{prefill}"
+
+
+def render(template: str, observation: str, tokenizer: Any) -> Prompt:
+    """The recipe's templates (qwen3_game, qwen3_general, no), a prefilled short-answer variant
+    for small models, and `chat`: the model's own chat template around the game prompt."""
+    if template == "qwen3_game":
+        user = _game_user(observation, reason=True)
+        return Prompt(text=_chatml(user), user=user)
+    if template == "qwen3_general":
+        user = f"Question: {observation}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+        return Prompt(text=_chatml(user), user=user)
+    if template == "qwen3_game_prefill":
+        user = _game_user(observation, reason=False)
+        return Prompt(text=_chatml(user, "\\boxed{"), user=user, prefill="\\boxed{", stop=("}",))
+    if template == "chat":
+        user = _game_user(observation, reason=True)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+        return Prompt(text=text, user=user)
+    if template == "no":
+        return Prompt(text=observation, user=observation)
+    raise ValueError(f"unknown template {template!r}")
+
+
+# --- the config -------------------------------------------------------------------------------
+class GemEnvConfig(BaseEnvConfig):
+    env_id: str = Field(
+        "game:GuessTheNumber-v0-easy",
+        description="GEM environment id (rl_list_environments(filter='game') lists them), e.g. game:Wordle-v0-easy.",
+    )
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments for gem.make, e.g. {\"max_turns\": 6}."
+    )
+    num_envs: int = Field(4, ge=1, le=256, description="Episodes played in parallel while a group is collected.")
+    wrappers: str = Field(
+        "concat",
+        description="Comma-separated GEM wrappers, applied in order: concat (observation keeps the history), "
+        "concat_with_action, concat_chat, concat_chat_on_reset, python_tool, episode_tracking; '' for none.",
+    )
+    template: Template = Field(
+        "qwen3_game_prefill",
+        description="Observation template. qwen3_game / qwen3_general: the recipe's Qwen3 chat prompts asking for "
+        "step-by-step reasoning and a \\boxed{} answer (use with larger models and max_tokens_per_turn ~2048); "
+        "qwen3_game_prefill: the game prompt with the answer started as \\boxed{ and cut at } (short answers, "
+        "small models); chat: the model's own chat template; no: the raw observation.",
+    )
+    gamma: float = Field(0.9, ge=0.0, le=1.0, description="Discount of per-turn returns: G_t = r_t + gamma * G_{t+1}.")
+    batch_normalize: bool = Field(
+        True, description="ReBN: normalise returns to zero mean, unit std across the transitions of a group."
+    )
+    max_turns: int = Field(
+        10, ge=1, le=1000, description="Turns after which an episode is cut (the GEM environment's own limit applies first)."
+    )
+    max_tokens_per_turn: int = Field(16, ge=1, le=32768, description="Most tokens the policy samples per turn.")
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the policy's actions.")
+    success_reward: float = Field(
+        1.0, description="An episode counts as a success when its last reward is at least this (GEM's win reward)."
+    )
+    eval_episodes: int = Field(16, ge=0, le=10_000, description="Episodes played (greedily) by each evaluation.")
+    seed: int = Field(0, ge=0, description="Seed of the episodes' starting states (episode i uses seed + i).")
+
+
+# --- episodes ---------------------------------------------------------------------------------
+@dataclass
+class Turn:
+    observation: str
+    prompt_tokens: list[int]
+    action_tokens: list[int]
+    # None when the server gives no logprobs (OpenAI-type servers in smoke tests).
+    action_logprobs: list[float] | None
+    action_text: str
+    reward: float
+    unfinished: bool  # cut by max_tokens_per_turn
+
+
+@dataclass
+class Episode:
+    seed: int
+    turns: list[Turn] = field(default_factory=list)
+    cut: str | None = None  # why we ended it before GEM did ("max_turns", "context")
+    final_observation: str = ""
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.turns]
+
+
+class EpisodeFailed(Exception):
+    """The GEM environment or the policy's server failed mid-episode; the episode is dropped."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Counters:
+    """What happened since the last metrics line (and dropped episodes since the start)."""
+
+    returns: list[float] = field(default_factory=list)
+    successes: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    action_tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    unfinished: list[float] = field(default_factory=list)
+    cut: int = 0
+    dropped_total: int = 0
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
+
+    def add(self, episode: Episode, success_reward: float) -> None:
+        self.returns.append(sum(episode.rewards))
+        self.successes.append(1.0 if episode_success(episode.rewards, success_reward) else 0.0)
+        self.turns.append(len(episode.turns))
+        self.action_tokens.append(sum(len(t.action_tokens) for t in episode.turns))
+        for turn in episode.turns:
+            if turn.action_logprobs is not None:
+                self.logprobs.extend(turn.action_logprobs)
+            self.unfinished.append(1.0 if turn.unfinished else 0.0)
+        if episode.cut:
+            self.cut += 1
+
+    def drain(self) -> dict[str, float]:
+        def mean(values: list[float] | list[int]) -> float:
+            return float(sum(values)) / len(values)
+
+        out: dict[str, float] = {
+            "gem/dropped_episodes": float(self.dropped_total),
+            **{f"gem/dropped/{reason}": float(n) for reason, n in self.dropped_by_reason.items()},
+        }
+        if self.returns:
+            out.update(
+                {
+                    "gem/episodes": float(len(self.returns)),
+                    "gem/episode_return": mean(self.returns),
+                    "gem/success_rate": mean(self.successes),
+                    "gem/turns_per_episode": mean(self.turns),
+                    "gem/action_tokens": mean(self.action_tokens),
+                    "gem/unfinished_turns": mean(self.unfinished) if self.unfinished else 0.0,
+                    "gem/cut_episodes": float(self.cut),
+                    # The recipe's percent-correct for GEM: what rl_check_status shows.
+                    "train/percent_correct": mean(self.successes),
+                }
+            )
+            if self.logprobs:
+                out["gem/token_entropy"] = token_entropy_estimate(self.logprobs)
+        self.returns, self.successes, self.turns, self.action_tokens = [], [], [], []
+        self.logprobs, self.unfinished, self.cut = [], [], 0
+        return out
+
+
+# --- the environment --------------------------------------------------------------------------
+class GemEnv(BaseEnv):
+    """GEM environments (gem-llm): multi-turn games and tasks with per-turn discounted returns."""
+
+    name = "gem"
+    env_config_cls = GemEnvConfig
+
+    def __init__(self, config: GemEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False) -> None:
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: GemEnvConfig = config
+        self._pool: list[Any] = []
+        self._wrappers: list[Any] = []
+        self._dataset: Any = None
+        self._next_seed = config.seed
+        self._rng = random.Random(config.seed)
+        self._counters = Counters()
+        self._eval_metrics: dict[str, float] = {}
+
+    @classmethod
+    def config_init(cls) -> tuple[GemEnvConfig, list[APIServerConfig]]:
+        config = GemEnvConfig(
+            group_size=16,
+            max_token_length=2048,
+            # Groups whose returns are all equal still go (their advantages are 0): steps keep flowing.
+            ensure_scores_are_not_same=False,
+            # One group per step is common here; log the env metrics at every step.
+            min_items_sent_before_logging=1,
+            use_wandb=False,
+        )
+        server = APIServerConfig(
+            model_name="default",
+            base_url="http://127.0.0.1:8001/v1",
+            api_key="x",
+            server_type="sglang",
+            health_check=False,
+        )
+        return config, [server]
+
+    # --- GEM instances --------------------------------------------------------------------
+    async def setup(self) -> None:
+        import gem
+        from gem.envs.registration import ENV_REGISTRY
+        from gem.wrappers.wrapper_factory import WRAPPER_FACTORY, get_wrapper_fns
+
+        if self.config.env_id not in ENV_REGISTRY:
+            close = difflib.get_close_matches(self.config.env_id, list(ENV_REGISTRY), n=5, cutoff=0.5)
+            hint = f" Closest matches: {', '.join(close)}." if close else ""
+            raise ValueError(f"Unknown GEM environment {self.config.env_id!r}.{hint}")
+        names = [w.strip() for w in self.config.wrappers.split(",") if w.strip()]
+        unknown = [w for w in names if w not in WRAPPER_FACTORY]
+        if unknown:
+            raise ValueError(f"Unknown GEM wrappers {unknown}; known: {', '.join(WRAPPER_FACTORY)}.")
+        self._gem = gem
+        self._wrappers = get_wrapper_fns(",".join(names), tokenizer=self.tokenizer) if names else []
+        self._pool.append(self._make())  # fail now, not mid-run, if the environment cannot be made
+        log.info("GEM %s ready (gem-llm, wrappers %s, template %s)", self.config.env_id, names, self.config.template)
+
+    def _make(self) -> Any:
+        kwargs = dict(self.config.env_kwargs)
+        if self._dataset is not None:
+            kwargs.setdefault("dataset", self._dataset)  # dataset envs: load it once, as the recipe does
+        env = self._gem.make(self.config.env_id, **kwargs)
+        if self._dataset is None and getattr(env, "dataset", None) is not None:
+            self._dataset = env.dataset
+        for wrapper in self._wrappers:
+            env = wrapper(env)
+        return env
+
+    def _borrow(self) -> Any:
+        return self._pool.pop() if self._pool else self._make()
+
+    async def get_next_item(self) -> int:
+        """Items are episode seeds; a group plays as many episodes as it needs from there."""
+        seed = self._next_seed
+        self._next_seed += 10_000
+        return seed
+
+    # --- sampling -------------------------------------------------------------------------
+    def _token_server(self) -> bool:
+        """sglang/vllm/trl servers give token ids and logprobs; OpenAI-type ones only text."""
+        from atroposlib.envs.server_handling.openai_server import OpenAIServer
+
+        return not any(isinstance(s, OpenAIServer) for s in self.server.servers)
+
+    async def _sample(self, prompt: Prompt, split: str) -> tuple[list[int], list[float] | None, str, bool]:
+        """(action tokens, their logprobs, action text, cut by the token limit)."""
+        temperature = 0.0 if split == "eval" else self.config.temperature
+        stop = list(prompt.stop)
+        if self._token_server():
+            prompt_tokens = self.tokenizer.encode(prompt.text, add_special_tokens=False)
+            kwargs: dict[str, Any] = {
+                "input_ids": prompt_tokens,
+                "max_tokens": self.config.max_tokens_per_turn,
+                "temperature": temperature,
+                "n": 1,
+                "split": split,
+            }
+            if stop:
+                kwargs["stop"] = stop
+            _, tokens_N, logprobs_N, finish_N = await self.server.tokens_and_logprobs_completion(**kwargs)
+            tokens, logprobs = list(tokens_N[0]), [float(x) for x in logprobs_N[0]]
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            finish = finish_N[0]
+            reason = finish.get("type") if isinstance(finish, dict) else finish
+            return tokens, logprobs, text, reason == "length"
+        chat_kwargs: dict[str, Any] = {
+            "messages": [{"role": "user", "content": prompt.user}],
+            "max_tokens": self.config.max_tokens_per_turn,
+            "temperature": temperature,
+            "n": 1,
+            "split": split,
+        }
+        completion = await self.server.chat_completion(**chat_kwargs)
+        choice = completion.choices[0]
+        text = choice.message.content or ""
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        return tokens, None, text, choice.finish_reason == "length"
+
+    def _context_limit(self) -> int:
+        limit = self.config.max_token_length
+        if self.max_token_len and self.max_token_len > 0:
+            limit = min(limit, self.max_token_len)
+        return limit
+
+    # --- one episode ----------------------------------------------------------------------
+    async def play_episode(self, seed: int, split: str = "train") -> Episode:
+        """Play one episode; raises EpisodeFailed when the environment or the server fails."""
+        env = self._borrow()
+        episode = Episode(seed=seed)
+        healthy = False
+        try:
+            try:
+                observation, _ = env.reset(seed=seed)
+            except Exception as exc:
+                raise EpisodeFailed(f"reset raised {type(exc).__name__}: {exc}") from exc
+            for _turn in range(self.config.max_turns):
+                prompt = render(self.config.template, observation, self.tokenizer)
+                prompt_tokens = self.tokenizer.encode(prompt.text, add_special_tokens=False)
+                if len(prompt_tokens) + self.config.max_tokens_per_turn >= self._context_limit():
+                    episode.cut = "context"  # the trainer would refuse a longer sequence
+                    break
+                try:
+                    tokens, logprobs, text, unfinished = await self._sample(prompt, split)
+                except Exception as exc:
+                    raise EpisodeFailed(f"sampling failed: {type(exc).__name__}: {exc}") from exc
+                if not tokens:
+                    raise EpisodeFailed("the server returned an empty action")
+                action = prompt.prefill + text
+                try:
+                    next_observation, reward, terminated, truncated, _info = env.step(action)
+                except Exception as exc:
+                    raise EpisodeFailed(f"step raised {type(exc).__name__}: {exc}") from exc
+                episode.turns.append(
+                    Turn(
+                        observation=prompt.user,
+                        prompt_tokens=prompt_tokens,
+                        action_tokens=tokens,
+                        action_logprobs=logprobs,
+                        action_text=action,
+                        reward=float(reward),
+                        unfinished=unfinished,
+                    )
+                )
+                observation = next_observation
+                if terminated or truncated:
+                    break
+            else:
+                episode.cut = "max_turns"
+            episode.final_observation = str(observation)
+            if not episode.turns:
+                raise EpisodeFailed(f"no turn fits in {self._context_limit()} tokens")
+            healthy = True
+            return episode
+        finally:
+            if healthy:
+                self._pool.append(env)  # a failed instance is not reused
+
+    async def _play_round(self, split: str) -> list[Episode]:
+        seeds = [self._next_seed + i for i in range(self.config.num_envs)]
+        self._next_seed += self.config.num_envs
+        results = await asyncio.gather(*(self.play_episode(s, split) for s in seeds), return_exceptions=True)
+        episodes = []
+        for seed, result in zip(seeds, results, strict=True):
+            if isinstance(result, Episode):
+                episodes.append(result)
+            elif isinstance(result, EpisodeFailed):
+                self._drop(seed, result.reason)
+            elif isinstance(result, Exception):
+                self._drop(seed, f"{type(result).__name__}: {result}")
+            else:
+                raise result  # cancellation and the like end the group
+        return episodes
+
+    def _drop(self, seed: int, reason: str) -> None:
+        key = reason.split(":", 1)[0].replace(" ", "_")[:40]
+        self._counters.dropped_total += 1
+        self._counters.dropped_by_reason[key] = self._counters.dropped_by_reason.get(key, 0) + 1
+        log.warning("GEM %s: episode (seed %s) dropped: %s", self.config.env_id, seed, reason)
+
+    async def _collect_episodes(self, enough: Any, split: str = "train") -> list[Episode]:
+        episodes: list[Episode] = []
+        empty_rounds = 0
+        while not enough(episodes):
+            played = await self._play_round(split)
+            if not played:
+                empty_rounds += 1
+                if empty_rounds >= MAX_EMPTY_ROUNDS:
+                    raise RuntimeError(
+                        f"every episode of {empty_rounds} rounds failed (see the warnings above); group given up"
+                    )
+                continue
+            for episode in played:
+                self._counters.add(episode, self.config.success_reward)
+            episodes.extend(played)
+        return episodes
+
+    # --- groups -----------------------------------------------------------------------------
+    async def collect_trajectories(self, item: int) -> tuple[ScoredDataGroup | None, list[Any]]:
+        self._next_seed = max(self._next_seed, int(item))
+        if getattr(self, "process_mode", False):
+            return await self._episode_group(), []
+        return await self._transition_group(), []
+
+    async def _transition_group(self) -> ScoredDataGroup:
+        """`group_size` transitions, each with its discounted (ReBN-normalised) return."""
+        size = self.config.group_size
+        episodes = await self._collect_episodes(lambda eps: sum(len(e.turns) for e in eps) >= size)
+        flat: list[tuple[Turn, float]] = []
+        for episode in episodes:
+            for turn, ret in zip(episode.turns, discounted_returns(episode.rewards, self.config.gamma), strict=True):
+                flat.append((turn, ret))
+        chosen = [flat[i] for i in choose_transitions(len(flat), size, self._rng)]
+        returns = [ret for _, ret in chosen]
+        advantages = normalize_returns(returns) if self.config.batch_normalize else returns
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], advantages=[], inference_logprobs=[])
+        group["messages"] = [] if self.config.include_messages else None
+        for (turn, ret), adv in zip(chosen, advantages, strict=True):
+            n_prompt, n_action = len(turn.prompt_tokens), len(turn.action_tokens)
+            group["tokens"].append(turn.prompt_tokens + turn.action_tokens)
+            group["masks"].append([MASKED] * n_prompt + turn.action_tokens)
+            group["scores"].append(ret)
+            group["advantages"].append([0.0] * n_prompt + [adv] * n_action)
+            sampled = turn.action_logprobs if turn.action_logprobs is not None else [0.0] * n_action
+            group["inference_logprobs"].append([PROMPT_LOGPROB] * n_prompt + sampled)
+            if group["messages"] is not None:
+                group["messages"].append(
+                    [
+                        {"role": "user", "content": turn.observation},
+                        {"role": "assistant", "content": turn.action_text, "reward": turn.reward},
+                    ]
+                )
+        if any(t.action_logprobs is None for t, _ in chosen):
+            group["inference_logprobs"] = None  # text-only server: nothing exact to train against
+        return group
+
+    async def _episode_group(self) -> ScoredDataGroup:
+        """`group_size` whole episodes, scored 1 for a success and 0 otherwise (smoke tests)."""
+        size = self.config.group_size
+        episodes = (await self._collect_episodes(lambda eps: len(eps) >= size))[:size]
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
+        for episode in episodes:
+            last = episode.turns[-1]
+            group["tokens"].append(last.prompt_tokens + last.action_tokens)
+            group["masks"].append([MASKED] * len(last.prompt_tokens) + last.action_tokens)
+            group["scores"].append(1.0 if episode_success(episode.rewards, self.config.success_reward) else 0.0)
+            conversation: list[dict[str, Any]] = []
+            for turn in episode.turns:
+                conversation.append({"role": "user", "content": turn.observation})
+                conversation.append({"role": "assistant", "content": turn.action_text, "reward": turn.reward})
+            conversation.append({"role": "user", "content": f"[episode end] {episode.final_observation}"})
+            group["messages"].append(conversation)
+        return group
+
+    # --- evaluation and metrics ---------------------------------------------------------------
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        if self.config.eval_episodes <= 0:
+            return
+        start = time.time()
+        episodes: list[Episode] = []
+        while len(episodes) < self.config.eval_episodes:
+            played = await self._play_round("eval")
+            if not played:
+                log.warning("GEM evaluation: a whole round of episodes failed; evaluation stopped")
+                break
+            episodes.extend(played)
+        episodes = episodes[: self.config.eval_episodes]
+        if not episodes:
+            return
+        successes = [1.0 if episode_success(e.rewards, self.config.success_reward) else 0.0 for e in episodes]
+        self._eval_metrics = {
+            "eval/percent_correct": sum(successes) / len(successes),
+            "eval/episode_return": sum(sum(e.rewards) for e in episodes) / len(episodes),
+            "eval/turns_per_episode": sum(len(e.turns) for e in episodes) / len(episodes),
+            "eval/seconds": time.time() - start,
+        }
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        metrics = {} if wandb_metrics is None else wandb_metrics
+        metrics.update(self._counters.drain())
+        metrics.update(self._eval_metrics)
+        self._eval_metrics = {}
+        await super().wandb_log(metrics)
+
+
+if __name__ == "__main__":
+    GemEnv.cli()

@@ -1,0 +1,115 @@
+"""Child program: import GEM and print its registered environments as one JSON document.
+
+Usage: python -m mcp_rl.environments.gem_catalog_child
+
+`import gem` registers 170+ environments (and imports reasoning_gym to do so): a couple of
+seconds and a lot of modules, which the MCP server must not pay or carry. The server runs this
+once per installed gem-llm version and caches the answer (`mcp_rl.environments.gem_catalog`).
+Descriptions come from the entry point module's docstring, read from source (not imported: some
+modules pull in `datasets` or docker clients).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+# Entry-point modules that load a Hugging Face dataset (`dataset_name`) when made.
+_DATASET_KWARG = "dataset_name"
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _module_facts(module_path: str, cache: dict[str, tuple[str, bool]]) -> tuple[str, bool]:
+    """(first docstring line, imports nltk) of a module, from its source."""
+    if module_path in cache:
+        return cache[module_path]
+    doc, uses_nltk = "", False
+    try:
+        spec = importlib.util.find_spec(module_path)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            with open(spec.origin, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            doc = (ast.get_docstring(tree) or "").strip().splitlines()[0:1]
+            doc = doc[0].strip() if doc else ""
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "nltk" for a in node.names):
+                    uses_nltk = True
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "nltk":
+                    uses_nltk = True
+    except (ImportError, OSError, SyntaxError, ValueError):
+        pass
+    cache[module_path] = (doc, uses_nltk)
+    return doc, uses_nltk
+
+
+def _nltk_words_present() -> bool:
+    try:
+        import nltk
+
+        nltk.data.find("corpora/words")
+        return True
+    except (ImportError, LookupError):
+        return False
+
+
+def catalog() -> dict[str, Any]:
+    import gem  # noqa: F401  (registers every environment)
+    from gem.envs.registration import ENV_REGISTRY
+
+    words_present = _nltk_words_present()
+    facts: dict[str, tuple[str, bool]] = {}
+    entries = []
+    for env_id, spec in ENV_REGISTRY.items():
+        entry_point = spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point)
+        module_path, _, class_name = entry_point.partition(":")
+        doc, uses_nltk = _module_facts(module_path, facts) if class_name else ("", False)
+        kwargs = {k: _json_safe(v) for k, v in spec.kwargs.items()}
+        needs = None
+        if _DATASET_KWARG in kwargs:
+            needs = f"the Hugging Face dataset {kwargs[_DATASET_KWARG]} (downloaded on first use)"
+        elif uses_nltk and not words_present:
+            needs = "the nltk 'words' corpus (downloaded on first use)"
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k != _DATASET_KWARG)
+        description = " ".join(p for p in (doc, f"{class_name or entry_point}({shown})") if p)
+        entries.append(
+            {
+                "id": env_id,
+                "group": env_id.split(":", 1)[0] if ":" in env_id else "other",
+                "entry_point": entry_point,
+                "kwargs": kwargs,
+                "description": description,
+                "needs": needs,
+            }
+        )
+    return {"entries": entries}
+
+
+def main() -> int:
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)  # whatever gem or its dependencies print goes to stderr
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            result = catalog()
+    except Exception:
+        traceback.print_exc()
+        return 1
+    with os.fdopen(real_stdout, "w") as out:
+        json.dump(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
