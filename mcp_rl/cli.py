@@ -55,7 +55,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from mcp_rl.demo import DemoOptions, run_demo
 
-    return run_demo(DemoOptions(home=args.home, steps=args.steps, keep_home=True))
+    return run_demo(DemoOptions(home=args.home, steps=args.steps))
 
 
 def build_parser() -> argparse.ArgumentParser:
