@@ -44,6 +44,8 @@ PROMPT_LOGPROB = 1.0
 MAX_EMPTY_ROUNDS = 3
 
 Template = Literal["qwen3_game", "qwen3_general", "qwen3_game_prefill", "chat", "no"]
+# Templates that render raw ChatML text; OpenAI-type servers get them as text completions.
+TEXT_TEMPLATES = ("qwen3_game", "qwen3_general", "qwen3_game_prefill")
 
 
 # --- templates --------------------------------------------------------------------------------
@@ -321,16 +323,24 @@ class GemEnv(BaseEnv):
             finish = finish_N[0]
             reason = finish.get("type") if isinstance(finish, dict) else finish
             return tokens, logprobs, text, reason == "length"
-        chat_kwargs: dict[str, Any] = {
-            "messages": [{"role": "user", "content": prompt.user}],
+        common: dict[str, Any] = {
             "max_tokens": self.config.max_tokens_per_turn,
             "temperature": temperature,
             "n": 1,
             "split": split,
         }
-        completion = await self.server.chat_completion(**chat_kwargs)
-        choice = completion.choices[0]
-        text = choice.message.content or ""
+        if self.config.template in TEXT_TEMPLATES:
+            # The qwen3_* templates are raw ChatML prompts (the very text the trainer samples
+            # from): sent as a text completion so a prefill and its stop keep working.
+            if stop:
+                common["stop"] = stop
+            completion = await self.server.completion(prompt=prompt.text, **common)
+            choice = completion.choices[0]
+            text = choice.text or ""
+        else:
+            completion = await self.server.chat_completion(messages=[{"role": "user", "content": prompt.user}], **common)
+            choice = completion.choices[0]
+            text = choice.message.content or ""
         tokens = self.tokenizer.encode(text, add_special_tokens=False)
         return tokens, None, text, choice.finish_reason == "length"
 
