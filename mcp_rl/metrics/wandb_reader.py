@@ -83,8 +83,9 @@ def _is_number(value: Any) -> bool:
 
 
 def _job_of(run: Any, summary: dict[str, Any]) -> Literal["trainer", "env"] | None:
+    # mcp-rl's trainer sets job_type; tinker-atropos's tags its run; both log reward/mean.
     tags = list(getattr(run, "tags", None) or [])
-    if "trainer" in tags or REWARD_KEY in summary:
+    if getattr(run, "job_type", None) == "trainer" or "trainer" in tags or REWARD_KEY in summary:
         return "trainer"
     if any(_ENV_KEY.match(k) for k in summary):
         return "env"

@@ -5,7 +5,7 @@ objects below have the same method names and parameters as `wandb.apis.public.Ap
 `Run.history` (a test checks the signatures against the installed wandb), and answer like the
 service does: `runs(path, filters)` applies the filter server-side, `history(keys=[...])` returns
 only rows that carry the keys, with `_step`. The data is the shape of a real run pair of one
-group: the trainer's run (tags ["trainer"], keys `reward/mean`, `train/loss`, ...) and the
+group: the trainer's run (job_type "trainer", keys `reward/mean`, `train/loss`, ...) and the
 Atropos environment's run (keys prefixed `gsm8k_0_`, plus unprefixed `server/...` timings).
 Every call is recorded so tests can assert the group filter and the keys asked for.
 """
@@ -28,6 +28,7 @@ class FakeRun:
     name: str
     group: str
     state: str = "finished"
+    job_type: str | None = None
     tags: list[str] = field(default_factory=list)
     summary_metrics: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -130,9 +131,9 @@ def recorded_group(run_id: str, entity: str = FAKE_ENTITY, project: str = "mcp-r
         entity=entity,
         project=project,
         id="tr4in3r1",
-        name=f"{run_id}-trainer",
+        name=f"{run_id}-trainer",  # as mcp_rl.trainer names it (job_type "trainer", no tags)
         group=run_id,
-        tags=["trainer"],
+        job_type="trainer",
         summary_metrics={
             "_step": steps,
             "_runtime": 3.0 * steps,
