@@ -1,0 +1,234 @@
+"""Offline arithmetic: add two small numbers, answer with only the result (exact-match reward).
+
+The problems are generated from a seed (no dataset download); a fixed, seeded share of them is
+held out for evaluation and never trained on. The prompt is a short few-shot chat (a system line
+and two worked turns) so that a tiny instruct model answers with a bare number from the start and
+is right some of the time: rewards vary within a group, which is what group-relative RL learns
+from (a format the model never hits gives reward 0 everywhere and nothing to learn).
+
+Works with both Atropos server types: `sglang` (the trainer's inference server; token ids and
+sampler logprobs flow back for training) and `openai` (any OpenAI-compatible endpoint, for
+smoke tests in `process` mode; the completion text is tokenized locally).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from pydantic import Field
+
+MASKED = -100
+# Atropos's placeholder logprob for prompt positions (never trained on).
+PROMPT_LOGPROB = 1.0
+SYSTEM_PROMPT = "You are a calculator. Reply with only the result."
+FEW_SHOT = (("3 + 4", "7"), ("12 + 5", "17"))
+_ANSWER = re.compile(r"^\s*(-?\d+)\s*\.?\s*$")
+
+
+def default_tokenizer() -> str:
+    """The embedded model's folder in the mcp-rl state dir (run.yaml always sets it anyway)."""
+    home = Path(os.environ.get("MCP_RL_HOME") or Path.home() / ".mcp-rl").expanduser()
+    return str(home / "models" / "SmolLM2-135M-Instruct")
+
+
+class ArithmeticEnvConfig(BaseEnvConfig):
+    min_operand: int = Field(default=1, ge=0, description="Smallest operand")
+    max_operand: int = Field(default=9, ge=1, description="Largest operand")
+    operations: str = Field(default="+", description="Operators to draw from, any of '+-*'")
+    eval_fraction: float = Field(default=0.2, gt=0, lt=1, description="Share of problems held out for evaluation")
+    problem_seed: int = Field(default=0, description="Seed of the problem split and training order")
+    max_new_tokens: int = Field(default=8, ge=1, le=64, description="Tokens per answer")
+    temperature: float = Field(default=1.0, ge=0, description="Sampling temperature of training rollouts")
+    few_shot: bool = Field(default=True, description="Show two worked examples before the question")
+
+
+def answer_of(a: int, op: str, b: int) -> int:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    raise ValueError(f"unknown operator {op!r}")
+
+
+def make_problems(config: ArithmeticEnvConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every (a, op, b) in range, split into train and held-out eval by a seeded shuffle."""
+    ops = [o for o in config.operations if o in "+-*"] or ["+"]
+    lo, hi = config.min_operand, max(config.min_operand, config.max_operand)
+    problems = [
+        {"a": a, "op": op, "b": b, "answer": answer_of(a, op, b)}
+        for op in ops
+        for a in range(lo, hi + 1)
+        for b in range(lo, hi + 1)
+    ]
+    rng = random.Random(config.problem_seed)
+    rng.shuffle(problems)
+    n_eval = max(1, round(len(problems) * config.eval_fraction))
+    if n_eval >= len(problems):
+        raise ValueError("the operand range is too small for a train/eval split")
+    return problems[n_eval:], problems[:n_eval]
+
+
+def question(problem: dict[str, Any]) -> str:
+    return f"{problem['a']} {problem['op']} {problem['b']}"
+
+
+def build_messages(problem: dict[str, Any], few_shot: bool = True) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    if few_shot:
+        for q, a in FEW_SHOT:
+            messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    messages.append({"role": "user", "content": question(problem)})
+    return messages
+
+
+def score_answer(text: str, answer: int) -> float:
+    """1.0 for exactly the right integer (surrounding spaces or a final period allowed), else 0."""
+    match = _ANSWER.match(text or "")
+    return 1.0 if match is not None and int(match.group(1)) == answer else 0.0
+
+
+class ArithmeticEnv(BaseEnv):
+    """Add two small numbers; reward 1 for exactly the right answer and nothing else."""
+
+    name = "arithmetic"
+    env_config_cls = ArithmeticEnvConfig
+
+    def __init__(self, config: ArithmeticEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False):
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: ArithmeticEnvConfig = config
+        self.train_problems, self.eval_problems = make_problems(config)
+        self._rng = random.Random(config.problem_seed + 1)
+        self._order: list[int] = []
+        self._correct_buffer: list[float] = []
+        self.eval_metrics: list[tuple[str, float]] = []
+
+    @classmethod
+    def config_init(cls) -> tuple[ArithmeticEnvConfig, list[APIServerConfig]]:
+        tokenizer = default_tokenizer()
+        env_config = ArithmeticEnvConfig(
+            tokenizer_name=tokenizer,
+            group_size=8,
+            use_wandb=False,
+            rollout_server_url="http://127.0.0.1:8000",
+            total_steps=30,
+            batch_size=16,
+            steps_per_eval=1000000,
+            max_token_length=256,
+            max_num_workers=4,
+            wandb_name="arithmetic",
+            # Keep every group: the trainer's reward curve then shows the policy's true success
+            # rate (dropping all-equal groups would hide the start and the end of learning).
+            ensure_scores_are_not_same=False,
+        )
+        server = APIServerConfig(
+            model_name="default",
+            base_url="http://127.0.0.1:8001/v1",
+            api_key="x",
+            server_type="sglang",
+            tokenizer_name=tokenizer,
+            health_check=False,
+        )
+        return env_config, [server]
+
+    async def setup(self) -> None:
+        """Nothing to download: the problems were generated in __init__."""
+
+    # --- items ------------------------------------------------------------------------------
+    async def get_next_item(self) -> dict[str, Any]:
+        if not self._order:
+            self._order = list(range(len(self.train_problems)))
+            self._rng.shuffle(self._order)
+        return self.train_problems[self._order.pop()]
+
+    def _prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _returns_tokens(self) -> bool:
+        """True when the server answers with token ids and logprobs (sglang/vllm/trl types)."""
+        server = self.server.servers[0] if getattr(self.server, "servers", None) else None
+        server_type = getattr(getattr(server, "config", None), "server_type", "openai")
+        return server_type != "openai"
+
+    async def _rollouts(self, messages: list[dict[str, str]], n: int, *, temperature: float,
+                        split: str) -> list[tuple[list[int], list[int], list[float] | None, str]]:
+        """n completions as (prompt tokens, completion tokens, completion logprobs, text)."""
+        if self._returns_tokens():
+            prompt = self._prompt_tokens(messages)
+            prompt_tokens, outputs, logprobs, _ = await self.server.tokens_and_logprobs_completion(
+                input_ids=prompt, n=n, max_tokens=self.config.max_new_tokens,
+                temperature=temperature, split=split,
+            )
+            return [
+                (list(prompt_tokens), list(out), [float(x) for x in lps],
+                 self.tokenizer.decode(out, skip_special_tokens=True))
+                for out, lps in zip(outputs, logprobs, strict=True)
+            ]
+        completion = await self.server.chat_completion(
+            messages=messages, n=n, max_tokens=self.config.max_new_tokens, temperature=temperature, split=split,
+        )
+        prompt = self._prompt_tokens(messages)
+        results = []
+        for choice in completion.choices:
+            text = choice.message.content or ""
+            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+            if self.tokenizer.eos_token_id is not None and choice.finish_reason == "stop":
+                tokens.append(self.tokenizer.eos_token_id)
+            results.append((prompt, tokens, None, text))
+        return results
+
+    async def collect_trajectories(self, item: dict[str, Any]) -> tuple[ScoredDataGroup | None, list[Any]]:
+        messages = build_messages(item, self.config.few_shot)
+        rollouts = await self._rollouts(messages, self.config.group_size,
+                                        temperature=self.config.temperature, split="train")
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[], inference_logprobs=[])
+        with_logprobs = True
+        for prompt, completion, logprobs, text in rollouts:
+            if not completion:
+                continue
+            score = score_answer(text, item["answer"])
+            self._correct_buffer.append(score)
+            group["tokens"].append(prompt + completion)
+            group["masks"].append([MASKED] * len(prompt) + completion)
+            group["scores"].append(score)
+            group["messages"].append(messages + [{"role": "assistant", "content": text}])
+            if logprobs is None:
+                with_logprobs = False
+            else:
+                group["inference_logprobs"].append([PROMPT_LOGPROB] * len(prompt) + logprobs)
+        if len(group["tokens"]) != self.config.group_size:
+            return None, []
+        if not with_logprobs:
+            group["inference_logprobs"] = None
+        return group, []
+
+    # --- evaluation and logging -------------------------------------------------------------
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        """Greedy answers on the held-out problems -> eval/percent_correct."""
+        correct = 0.0
+        for problem in self.eval_problems:
+            rollouts = await self._rollouts(build_messages(problem, self.config.few_shot), 1,
+                                            temperature=0.0, split="eval")
+            correct += score_answer(rollouts[0][3], problem["answer"]) if rollouts else 0.0
+        self.eval_metrics.append(("eval/percent_correct", correct / len(self.eval_problems)))
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        wandb_metrics = dict(wandb_metrics or {})
+        if self._correct_buffer:
+            wandb_metrics["train/percent_correct"] = sum(self._correct_buffer) / len(self._correct_buffer)
+            self._correct_buffer = []
+        for key, value in self.eval_metrics:
+            wandb_metrics[key] = value
+        self.eval_metrics = []
+        await super().wandb_log(wandb_metrics)
+
+
+if __name__ == "__main__":
+    ArithmeticEnv.cli()

@@ -1,0 +1,47 @@
+"""`python -m mcp_rl.trainer --config runs/<id>/run.yaml`: one training run, then exit.
+
+Exit status: 0 after the last step was trained and saved (or after a clean SIGTERM stop with a
+checkpoint), 1 on any error (recorded in trainer_status.json), 2 on a bad command line/config.
+Logs go to stderr; the supervisor points it at the run's logs/trainer.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer", description="mcp-rl trainer")
+    parser.add_argument("--config", required=True, type=Path, help="the run's run.yaml")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("MCP_RL_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Nothing may be fetched from a hub at run time.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    from mcp_rl.runconfig import RunConfig
+    from mcp_rl.settings import Settings
+    from mcp_rl.trainer.backends import make_backend
+    from mcp_rl.trainer.loop import Trainer
+
+    try:
+        config = RunConfig.load(args.config)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read {args.config}: {exc}", file=sys.stderr)
+        return 2
+    trainer = Trainer(config, Settings.from_env(), make_backend)
+    return asyncio.run(trainer.run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

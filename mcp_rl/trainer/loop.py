@@ -1,0 +1,322 @@
+"""The trainer: registers with the Atropos API, trains on each batch, records every step.
+
+Order of a run:
+    load model (resume from the last state checkpoint) -> serve inference -> register ->
+    for each step: wait for a batch -> advantages -> forward/backward -> Adam -> new sampler
+                   weights -> metrics line (+ W&B) -> periodic checkpoint
+    -> final checkpoint -> "done", exit 0.
+Any error: "failed" with the message, exit 1. SIGTERM: finish the step in flight, save a
+resumable checkpoint, "stopped", exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcp_rl.runconfig import RunConfig
+from mcp_rl.settings import Settings
+from mcp_rl.trainer.advantages import BatchStats, build_examples
+from mcp_rl.trainer.atropos_client import AtroposClient
+from mcp_rl.trainer.backends.base import AdamParams, ForwardBackwardResult, TrainingBackend, TrainingExample
+from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+from mcp_rl.trainer.status import RunRecorder, last_state
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 2.0
+BackendFactory = Callable[[RunConfig, Settings], TrainingBackend]
+
+
+def step_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def logprob_metrics(examples: list[TrainingExample], result: ForwardBackwardResult) -> dict[str, float]:
+    """Sampler vs. trainer logprobs on the trained tokens (a large diff means off-policy data
+    or a sampler that does not match the trained weights)."""
+    sampled: list[float] = []
+    trained: list[float] = []
+    for example, training_lps in zip(examples, result.training_logprobs, strict=True):
+        for t, keep in enumerate(example.trained):
+            if not keep:
+                continue
+            trained.append(training_lps[t])
+            if example.sampling_logprobs is not None:
+                sampled.append(example.sampling_logprobs[t])
+    out: dict[str, float] = {}
+    if trained:
+        out["logprobs/mean_training"] = sum(trained) / len(trained)
+    if sampled and len(sampled) == len(trained):
+        out["logprobs/mean"] = sum(sampled) / len(sampled)
+        out["logprobs/std"] = math.sqrt(sum((x - out["logprobs/mean"]) ** 2 for x in sampled) / len(sampled))
+        out["logprobs/diff"] = out["logprobs/mean"] - out["logprobs/mean_training"]
+        out["logprobs/abs_diff"] = sum(abs(a - b) for a, b in zip(sampled, trained, strict=True)) / len(sampled)
+    elif trained:
+        # No sampler logprobs (an OpenAI-type server): the trainer's own are the only ones.
+        out["logprobs/mean"] = out["logprobs/mean_training"]
+        out["logprobs/diff"] = 0.0
+    return out
+
+
+def batch_metrics(stats: BatchStats) -> dict[str, Any]:
+    return {
+        "reward/mean": stats.reward_mean,
+        "reward/std": stats.reward_std,
+        "reward/min": stats.reward_min,
+        "reward/max": stats.reward_max,
+        "advantages/mean": stats.advantages_mean,
+        "advantages/std": stats.advantages_std,
+        "tokens": stats.tokens,
+        "tokens/trained": stats.trained_tokens,
+        "batch/groups": stats.groups,
+        "batch/sequences": stats.sequences,
+        "batch/zero_signal_groups": stats.zero_signal_groups,
+    }
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, settings: Settings, backend_factory: BackendFactory) -> None:
+        self.config = config
+        self.settings = settings
+        self.t = config.trainer
+        self.backend_factory = backend_factory
+        self.recorder = RunRecorder(config.paths, config.trainer.num_steps)
+        self.stop = asyncio.Event()
+        self.stop_reason: str | None = None
+        self.backend: TrainingBackend | None = None
+        self.server: ServerThread | None = None
+        self.ready = threading.Event()
+        self.wandb_run: Any = None
+        self.last_state_step = 0
+        self.final_weights: str | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        if not self.stop.is_set():
+            log.warning("stop requested (%s): finishing the current step, then saving", reason)
+            self.stop_reason = reason
+            self.stop.set()
+
+    async def run(self) -> int:
+        """Exit code: 0 after the last step (or a clean stop) was saved, 1 on any error."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+            except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+                pass
+        self.config.paths.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config.paths.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        self.recorder.update(phase="starting")
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="heartbeat", daemon=True)
+        beat.start()
+        client: AtroposClient | None = None
+        try:
+            start_step = await self._load()
+            if self.stop.is_set():
+                self.recorder.update(phase="stopped")
+                return 0
+            self._serve()
+            client = self._client()
+            await self._register(client, start_step)
+            self._init_wandb()
+            finished = await self._train(client, start_step)
+            await self._finish(finished)
+            return 0
+        except Exception as exc:  # every failure ends here: recorded, then a non-zero exit
+            message = f"{type(exc).__name__}: {exc}"
+            log.exception("trainer failed")
+            self.recorder.update(phase="failed", error=message)
+            return 1
+        finally:
+            if client is not None:
+                await client.aclose()
+            if self.server is not None:
+                self.server.stop()
+            self._close_wandb()
+            if self.backend is not None:
+                try:
+                    self.backend.close()
+                except Exception:  # closing must never mask the run's outcome
+                    log.exception("closing the backend failed")
+            beat_stop.set()
+            beat.join(5)
+            self.recorder.heartbeat()
+
+    def _heartbeat(self, done: threading.Event) -> None:
+        while not done.wait(HEARTBEAT_S):
+            try:
+                self.recorder.heartbeat()
+            except OSError:
+                log.exception("writing trainer_status.json failed")
+
+    async def _load(self) -> int:
+        self.recorder.update(phase="loading_model")
+        self.backend = await asyncio.to_thread(self.backend_factory, self.config, self.settings)
+        start_step = 0
+        state = last_state(self.config.paths.checkpoints_index) if self.t.resume else None
+        if state is not None:
+            log.info("resuming from %s (step %d)", state.path, state.step)
+            await asyncio.to_thread(self.backend.load_state, state.path)
+            start_step = state.step
+            self.last_state_step = state.step
+            self.recorder.update(resume_state=state.path, step=start_step)
+        if start_step >= self.t.num_steps:
+            raise RuntimeError(
+                f"the run already reached step {start_step} of {self.t.num_steps}; nothing left to train"
+            )
+        self.ready.set()
+        return start_step
+
+    def _serve(self) -> None:
+        port = self.config.ports.inference
+        if port is None:
+            raise RuntimeError("run.yaml has no ports.inference: the supervisor must assign ports before starting")
+        assert self.backend is not None
+        service = InferenceService(self.backend, ready=self.ready)
+        app = build_app(service, extra_health=lambda: {"trainer_step": self.recorder.status.step,
+                                                        "phase": self.recorder.status.phase})
+        self.server = ServerThread(app, "127.0.0.1", port)
+        self.server.start()
+        log.info("inference server on http://127.0.0.1:%d", port)
+
+    def _client(self) -> AtroposClient:
+        url = self.config.env.get("rollout_server_url")
+        if not url and self.config.ports.api is not None:
+            url = f"http://127.0.0.1:{self.config.ports.api}"
+        if not url:
+            raise RuntimeError("run.yaml gives no Atropos API address (env.rollout_server_url or ports.api)")
+        return AtroposClient(
+            url,
+            unreachable_timeout_s=self.t.api_unreachable_timeout_s,
+            batch_wait_timeout_s=self.t.batch_wait_timeout_s,
+        )
+
+    async def _register(self, client: AtroposClient, start_step: int) -> None:
+        payload = {
+            "wandb_group": self.t.wandb.group or self.config.run_id,
+            "wandb_project": self.t.wandb.project,
+            "batch_size": self.t.batch_size,
+            "max_token_len": self.t.max_token_trainer_length,
+            "checkpoint_dir": str(self.config.paths.checkpoints_dir),
+            "save_checkpoint_interval": self.t.save_checkpoint_interval,
+            "starting_step": start_step,
+            "num_steps": self.t.num_steps,
+        }
+        await client.register(payload, self.stop)
+        log.info("registered with the Atropos API at %s (starting_step=%d)", client.base_url, start_step)
+
+    # --- the loop ---------------------------------------------------------------------------
+    async def _train(self, client: AtroposClient, start_step: int) -> bool:
+        """True when every step ran; False when stopped early."""
+        assert self.backend is not None
+        adam = AdamParams(learning_rate=self.t.learning_rate, beta1=self.t.adam_beta1,
+                          beta2=self.t.adam_beta2, eps=self.t.adam_eps)
+        for step in range(start_step + 1, self.t.num_steps + 1):
+            if self.stop.is_set():
+                return False
+            self.recorder.update(phase="waiting_for_batch")
+            waited_from = time.monotonic()
+            batch = await client.get_batch(self.stop)
+            if batch is None:
+                return False
+            began = time.monotonic()
+            self.recorder.update(phase="training")
+            metrics = await asyncio.to_thread(self._train_step, step, batch, adam)
+            metrics["time/wait_for_batch"] = began - waited_from
+            metrics["time/step_seconds"] = time.monotonic() - began
+            line = self.recorder.metrics(step, metrics)
+            self.recorder.update(step=step)
+            self._log_wandb(step, line)
+            log.info("step %d/%d reward/mean=%.3f loss=%.4f %.1fs", step, self.t.num_steps,
+                     metrics["reward/mean"], metrics["train/loss"], metrics["time/step_seconds"])
+            interval = self.t.save_checkpoint_interval
+            if interval and step % interval == 0 and step < self.t.num_steps:
+                self.recorder.update(phase="saving")
+                await asyncio.to_thread(self._save, step, False)
+        return True
+
+    def _train_step(self, step: int, batch: list[dict[str, Any]], adam: AdamParams) -> dict[str, Any]:
+        assert self.backend is not None
+        examples, stats = build_examples(batch, max_length=self.t.max_token_trainer_length)
+        result = self.backend.forward_backward(examples)
+        self.backend.optim_step(adam)
+        sampler_path = self.backend.update_sampler(step)
+        if sampler_path is not None:
+            self.recorder.checkpoint(step, "sampler", sampler_path)
+        metrics: dict[str, Any] = {"train/loss": result.loss, "train/learning_rate": adam.learning_rate}
+        metrics.update(batch_metrics(stats))
+        metrics.update(logprob_metrics(examples, result))
+        metrics.update(result.extra)
+        return metrics
+
+    def _save(self, step: int, final: bool) -> str:
+        """A resumable state and the inference weights for `step`, both recorded; returns the
+        weights path (only ever a path that was really written)."""
+        assert self.backend is not None
+        name = step_name(step)
+        state = self.backend.save_state(name)
+        self.recorder.checkpoint(step, "state", state, final=final)
+        self.last_state_step = step
+        weights = self.backend.save_sampler_weights(name)
+        self.recorder.checkpoint(step, "sampler", weights, final=final)
+        return weights
+
+    async def _finish(self, finished: bool) -> None:
+        step = self.recorder.status.step
+        if step > self.last_state_step or (finished and self.final_weights is None):
+            self.recorder.update(phase="saving")
+            self.final_weights = await asyncio.to_thread(self._save, step, finished)
+        if finished:
+            self.recorder.update(phase="done", final_weights=self.final_weights)
+            log.info("training complete: %d steps, final weights %s", step, self.final_weights)
+        else:
+            self.recorder.update(phase="stopped", final_weights=self.final_weights)
+            log.info("stopped (%s) after step %d; checkpoint %s", self.stop_reason, step, self.final_weights)
+
+    # --- W&B (optional, never required) -----------------------------------------------------
+    def _init_wandb(self) -> None:
+        settings = self.t.wandb
+        if not settings.enabled:
+            return
+        try:
+            import wandb
+
+            self.wandb_run = wandb.init(
+                project=settings.project,
+                entity=settings.entity,
+                group=settings.group or self.config.run_id,
+                name=f"{self.config.run_id}-trainer",
+                job_type="trainer",
+                config=self.t.model_dump(mode="json"),
+                reinit=True,
+            )
+            url = getattr(self.wandb_run, "url", None)
+            self.recorder.update(wandb_url=url)
+        except Exception:  # W&B is an extra: the run goes on without it
+            log.exception("W&B could not start; continuing without it")
+            self.wandb_run = None
+
+    def _log_wandb(self, step: int, line: dict[str, Any]) -> None:
+        if self.wandb_run is None:
+            return
+        try:
+            self.wandb_run.log({k: v for k, v in line.items() if k not in ("step", "time")}, step=step)
+        except Exception:
+            log.exception("W&B logging failed; disabling it for this run")
+            self.wandb_run = None
+
+    def _close_wandb(self) -> None:
+        if self.wandb_run is not None:
+            try:
+                self.wandb_run.finish()
+            except Exception:
+                log.exception("closing W&B failed")

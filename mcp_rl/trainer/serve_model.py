@@ -1,0 +1,55 @@
+"""`python -m mcp_rl.trainer.serve_model --model default --port N`: serve a base model, no training.
+
+Same endpoints and code as the trainer's inference server (`/health`, `/generate`,
+`/v1/completions`, `/v1/chat/completions`, `/v1/models`). It stands in for OpenRouter in
+smoke tests of environments, so nothing paid or remote is needed. Binds 127.0.0.1 unless told
+otherwise; stops on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer.serve_model", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default", help='"default" (embedded SmolLM2-135M-Instruct) or a local HF folder')
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--served-name", default=None, help="the `model` name reported (default: the folder name)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("MCP_RL_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    import uvicorn
+
+    from mcp_rl.errors import UserError
+    from mcp_rl.models import resolve_model
+    from mcp_rl.settings import Settings
+    from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
+    from mcp_rl.trainer.inference_server import InferenceService, build_app
+
+    try:
+        model_dir = resolve_model(Settings.from_env(), args.model)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configure_torch_threads()
+    backend = LocalBackend(model_dir, train=False, seed=args.seed)
+    if args.served_name:
+        backend.model_name = args.served_name
+    app = build_app(InferenceService(backend))
+    # uvicorn in the main thread handles SIGTERM/SIGINT itself and exits cleanly.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
