@@ -358,8 +358,7 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
             os.kill(run.supervisor_pid, signal.SIGTERM)  # type: ignore[arg-type]
         except ProcessLookupError:
             pass
-        # Per process: the grace period, the kill and its wait; plus some slack.
-        deadline = time.monotonic() + 3 * (policy.stop_grace_s + 5.0) + 5.0
+        deadline = time.monotonic() + policy.total_stop_s() + 5.0
         while time.monotonic() < deadline:
             current = registry.get_run(run.run_id)
             if current is not None and current.state in TERMINAL_STATES:
@@ -367,7 +366,7 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
             if not processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
                 break
             time.sleep(0.1)  # polling the registry for the supervisor's final transition
-    _end_leftovers(registry, run, policy.stop_grace_s, "stopped on request (supervisor gone)")
+    _end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
     registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no process left")
     final = _get_run(registry, run_id)
     left = [p.pid for p in registry.processes(run.run_id) if p.pid and processes.is_alive(p.pid, p.create_time)]
@@ -382,7 +381,7 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
     )
 
 
-def _end_leftovers(registry: Registry, run: RunRecord, grace_s: float, cause: str) -> None:
+def _end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str) -> None:
     """End the process groups of a run whose supervisor is gone: env, trainer, API, then the
     supervisor's own group in case it is wedged."""
     by_name = {p.name: p for p in registry.processes(run.run_id)}
@@ -391,10 +390,10 @@ def _end_leftovers(registry: Registry, run: RunRecord, grace_s: float, cause: st
         if proc is None or not proc.pid:
             continue
         if proc.state in (ProcState.STARTING, ProcState.RUNNING) or processes.is_alive(proc.pid, proc.create_time):
-            code = processes.stop_group(proc.pid, proc.pgid, proc.create_time, grace_s)
+            code = processes.stop_group(proc.pid, proc.pgid, proc.create_time, policy.grace_for(name))
             registry.set_process(run.run_id, name, cause=cause, state=ProcState.STOPPED, exit_code=code, ended_at=time.time())
     if run.supervisor_pid and processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
-        processes.stop_group(run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, grace_s)
+        processes.stop_group(run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, policy.stop_grace_s)
 
 
 # --- reconciliation ------------------------------------------------------------------------
@@ -408,17 +407,17 @@ def _refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecor
     """An active run whose supervisor is gone is ended now, never reported as running."""
     if run.state not in ACTIVE_STATES or not _supervisor_gone(run, time.time()):
         return run
-    _reconcile_run(registry, run, Policy.from_env().stop_grace_s)
+    _reconcile_run(registry, run, Policy.from_env())
     return registry.get_run(run.run_id) or run
 
 
-def _reconcile_run(registry: Registry, run: RunRecord, grace_s: float) -> RunState:
+def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy) -> RunState:
     # The supervisor may have recorded the end just before exiting.
     current = registry.get_run(run.run_id)
     if current is None or current.state not in ACTIVE_STATES:
         return current.state if current else run.state
     if current.state == RunState.STOPPING:
-        _end_leftovers(registry, current, grace_s, "stopped on request (supervisor gone)")
+        _end_leftovers(registry, current, policy, "stopped on request (supervisor gone)")
         registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
         return RunState.STOPPED
     pid = current.supervisor_pid
@@ -429,7 +428,7 @@ def _reconcile_run(registry: Registry, run: RunRecord, grace_s: float) -> RunSta
         else "the run supervisor never started (the server that launched it stopped first)"
     )
     registry.transition(run.run_id, RunState.FAILED, cause)
-    _end_leftovers(registry, current, grace_s, "stopped because the supervisor died")
+    _end_leftovers(registry, current, policy, "stopped because the supervisor died")
     return RunState.FAILED
 
 
@@ -444,7 +443,7 @@ def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileRepo
     for run in active:
         if not _supervisor_gone(run, now):
             continue
-        final = _reconcile_run(registry, run, policy.stop_grace_s)
+        final = _reconcile_run(registry, run, policy)
         if final == RunState.FAILED:
             report.failed.append(run.run_id)
         elif final == RunState.STOPPED:

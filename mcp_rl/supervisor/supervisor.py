@@ -55,6 +55,8 @@ class Policy(BaseModel):
     api_unresponsive_s: float = 60.0
     api_probe_period_s: float = 5.0
     stop_grace_s: float = 10.0
+    # On SIGTERM the trainer finishes the step in flight and saves a checkpoint first.
+    trainer_stop_grace_s: float = 45.0
     poll_s: float = 0.5
 
     @classmethod
@@ -68,7 +70,15 @@ class Policy(BaseModel):
             heartbeat_timeout_s=_env_float(env, "MCP_RL_HEARTBEAT_TIMEOUT", defaults.heartbeat_timeout_s),
             api_unresponsive_s=_env_float(env, "MCP_RL_API_UNRESPONSIVE_TIMEOUT", defaults.api_unresponsive_s),
             stop_grace_s=_env_float(env, "MCP_RL_STOP_GRACE", defaults.stop_grace_s),
+            trainer_stop_grace_s=_env_float(env, "MCP_RL_TRAINER_STOP_GRACE", defaults.trainer_stop_grace_s),
         )
+
+    def grace_for(self, name: str) -> float:
+        return self.trainer_stop_grace_s if name == "trainer" else self.stop_grace_s
+
+    def total_stop_s(self) -> float:
+        """Longest a full stop can take: each grace, plus the wait after each kill."""
+        return self.trainer_stop_grace_s + 2 * self.stop_grace_s + 3 * 10.0
 
 
 @dataclass
@@ -327,7 +337,7 @@ class RunSupervisor:
             if running.ended:
                 continue
             code = processes.stop_group(
-                running.identity.pid, running.identity.pgid, running.identity.create_time, self.policy.stop_grace_s
+                running.identity.pid, running.identity.pgid, running.identity.create_time, self.policy.grace_for(name)
             )
             if code is None:
                 code = running.popen.poll()

@@ -140,7 +140,7 @@ def test_reconcile_fails_runs_whose_supervisor_died_and_ends_their_processes(tmp
         _add_run(settings, registry, "healthy", RunState.RUNNING, supervisor=alive_sup)
         _add_run(settings, registry, "launching", RunState.STARTING)  # no supervisor pid yet, just created
         _add_run(settings, registry, "never", RunState.STARTING, created_at=time.time() - 3600)
-        report = service.reconcile(settings, Policy(stop_grace_s=2))
+        report = service.reconcile(settings, Policy(stop_grace_s=2, trainer_stop_grace_s=2))
         assert sorted(report.failed) == ["never", "orphan"] and report.checked == 4
         orphan = registry.get_run("orphan")
         assert orphan.state == RunState.FAILED and f"supervisor (pid {dead.pid}) died" in orphan.cause
@@ -159,7 +159,7 @@ def test_stop_without_a_supervisor_ends_the_recorded_groups(tmp_path: Path, sett
     procs = {name: _sleeper(tmp_path, name) for name in ("api", "trainer", "env")}
     for name, ident in procs.items():
         registry.set_process("r1", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
-    result = service.stop_run(settings, "r1", Policy(stop_grace_s=2))
+    result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2))
     assert result.was_running and result.status == RunState.STOPPED and result.processes_left == []
     assert all(not processes.is_alive(i.pid, i.create_time) for i in procs.values())
     stopped = [e.subject for e in registry.events("r1") if e.state == "stopped" and e.subject != "run"]

@@ -53,7 +53,7 @@ class Harness:
                         self.env_touched.exists, 30, "touched its file"),
         ]
         self.supervisor = RunSupervisor("r1", self.registry, self.specs, self.status,
-                                        policy or Policy(stop_grace_s=3, poll_s=0.1, api_probe_period_s=0.5))
+                                        policy or Policy(stop_grace_s=3, trainer_stop_grace_s=3, poll_s=0.1, api_probe_period_s=0.5))
         self.final: RunState | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -132,7 +132,7 @@ def test_trainer_error_exit_is_reported_with_its_code(tmp_path: Path) -> None:
 
 
 def test_silent_trainer_fails_past_the_heartbeat_deadline(tmp_path: Path) -> None:
-    policy = Policy(stop_grace_s=2, poll_s=0.1, heartbeat_timeout_s=1.5, api_probe_period_s=0.5)
+    policy = Policy(stop_grace_s=2, trainer_stop_grace_s=2, poll_s=0.1, heartbeat_timeout_s=1.5, api_probe_period_s=0.5)
     h = Harness(tmp_path, policy=policy, no_heartbeat=True).start()
     assert h.join() == RunState.FAILED
     assert "hung" in h.registry.get_run("r1").cause
@@ -140,7 +140,7 @@ def test_silent_trainer_fails_past_the_heartbeat_deadline(tmp_path: Path) -> Non
 
 
 def test_heartbeat_going_stale_while_starting_fails_before_the_ready_deadline(tmp_path: Path) -> None:
-    policy = Policy(stop_grace_s=2, poll_s=0.1, heartbeat_timeout_s=1.0, api_probe_period_s=0.5)
+    policy = Policy(stop_grace_s=2, trainer_stop_grace_s=2, poll_s=0.1, heartbeat_timeout_s=1.0, api_probe_period_s=0.5)
     h = Harness(tmp_path, policy=policy, heartbeats=1)
     h.specs[1].ready = lambda: False  # loading forever
     started = time.monotonic()
