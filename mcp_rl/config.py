@@ -358,8 +358,10 @@ def _initial(spec: ConfigSpec, name: str) -> Any:
 
 def local_model_location(settings: Settings, base_model: str) -> Path:
     """Where a local-backend model lives (the default one is converted there before training)."""
-    if base_model == "default":
-        return settings.model_path or settings.models_dir / "SmolLM2-135M-Instruct"
+    from mcp_rl.models import DEFAULT_MODEL, default_model_dir  # paths only; no torch
+
+    if base_model == DEFAULT_MODEL:
+        return settings.model_path or default_model_dir(settings)
     return Path(base_model).expanduser().resolve()
 
 

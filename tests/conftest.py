@@ -27,10 +27,26 @@ def home(tmp_path: Path) -> Path:
 
 
 def make_env(home: Path, **extra: str) -> dict[str, str]:
-    """Environment variables for a server or child under test: only what we choose."""
+    """Environment variables for a server or child under test: only what we choose.
+
+    MCP_RL_MODEL is passed on, so every test home uses the one converted default model
+    (see `_shared_default_model`) instead of converting it again.
+    """
     env = {"MCP_RL_HOME": str(home), "MCP_RL_STATUS_MIN_INTERVAL": "0", "HF_HUB_OFFLINE": "1"}
+    if os.environ.get("MCP_RL_MODEL"):
+        env["MCP_RL_MODEL"] = os.environ["MCP_RL_MODEL"]
     env.update(extra)
     return env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_default_model() -> None:
+    """Convert the embedded default model once (in the real state dir) and share it with all tests."""
+    if os.environ.get("MCP_RL_MODEL"):
+        return
+    from mcp_rl.models import resolve_model
+
+    os.environ["MCP_RL_MODEL"] = str(resolve_model(Settings.from_env(), "default"))
 
 
 @pytest.fixture
