@@ -149,7 +149,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         or (config.environment.name if config is not None else None),
         backend=(record.backend if record is not None else None) or (config.trainer.backend if config else None),
         trainer_phase=status.phase if status else None,
-        steps_completed=table.last_step or 0,
+        steps_completed=table.trainer_last_step or 0,
         num_steps=(config.trainer.num_steps if config is not None else None) or (status.num_steps if status else None),
         metrics=metrics,
         history=store.history(table),

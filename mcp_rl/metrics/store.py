@@ -200,6 +200,7 @@ class StepTable(BaseModel):
 
     rows: list[dict[str, Any]] = Field(default_factory=list, description="Sorted by step, one per step.")
     bad_lines: int = 0
+    trainer_last_step: int | None = Field(None, description="Last step the trainer logged (env lines aside).")
 
     @property
     def last_step(self) -> int | None:
@@ -227,7 +228,8 @@ def read_step_table(run_dir: Path) -> StepTable:
     """`metrics.jsonl` with `env_metrics.jsonl` folded in by step.
 
     A resumed trainer may log a step again; the later line wins. Environment metrics fill keys
-    the trainer did not log for that step; a step only the environment logged gets its own row.
+    the trainer did not log for that step (the environment may log a step more than once: its
+    later line wins); a step only the environment logged gets its own row.
     """
     by_step: dict[int, dict[str, Any]] = {}
     bad = 0
@@ -239,6 +241,7 @@ def read_step_table(run_dir: Path) -> StepTable:
             bad += 1
             continue
         by_step[step] = {**row, "step": step}
+    trainer_keys = {step: set(row) for step, row in by_step.items()}
     env = read_jsonl(run_dir / ENV_METRICS_FILE)
     bad += env.bad_lines
     for row in env.rows:
@@ -246,10 +249,14 @@ def read_step_table(run_dir: Path) -> StepTable:
         if step is None:
             continue
         merged = by_step.setdefault(step, {"step": step})
+        own = trainer_keys.get(step, set())
         for key, value in row.items():
-            if key not in ("step", "time") and key not in merged:
+            # A later environment line of the same step wins; the trainer's own keys always do.
+            if key not in ("step", "time") and key not in own:
                 merged[key] = value
-    return StepTable(rows=[by_step[s] for s in sorted(by_step)], bad_lines=bad)
+    return StepTable(
+        rows=[by_step[s] for s in sorted(by_step)], bad_lines=bad, trainer_last_step=max(trainer_keys, default=None)
+    )
 
 
 class MetricSummary(BaseModel):

@@ -97,13 +97,19 @@ async def test_results_of_a_real_local_run(home: Path) -> None:
         png.load()
         assert png.size == (WIDTH_PX, HEIGHT_PX)
 
+        # What the environment logged (Atropos wandb_log, W&B off here) reached the results: the
+        # env logs when the API's step moves past 0, after the 2 groups of the first batch.
+        env_lines = store.read_jsonl(run_dir / "env_metrics.jsonl").rows
+        correct = [r for r in env_lines if "train/percent_correct" in r]
+        assert correct, env_lines
+        summary = data["metrics"]["train/percent_correct"]
+        assert summary["final"] == correct[-1]["train/percent_correct"] and summary["final_step"] == correct[-1]["step"]
+
         # The subscribed client heard the run change (state changes and steps landing).
         with anyio.fail_after(10):
             while uri not in updates:
                 await anyio.sleep(0.1)
 
-    # What the environment logged reached the run dir too (W&B is off here).
-    env_lines = store.read_jsonl(run_dir / "env_metrics.jsonl").rows
     print(
         f"real run {run_id}: rl_get_results {elapsed:.3f} s; reward {reward}; "
         f"{len(updates)} notifications; env metrics keys "

@@ -139,3 +139,18 @@ def test_plot_png_decodes_with_the_expected_size(settings: Settings) -> None:
 def test_plot_without_steps_is_a_placeholder_of_the_same_size(tmp_path: Path) -> None:
     data = render_png(store.read_step_table(tmp_path), "empty")
     assert png_size(data) == (WIDTH_PX, HEIGHT_PX)
+
+
+def test_env_metrics_merge_later_env_line_wins_but_never_over_the_trainer(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.1, "train/x": 1.0}) + "\n")
+    env_lines = [
+        {"step": 1, "train/percent_correct": 0.2, "train/x": 9.0},
+        {"step": 1, "train/percent_correct": 0.4},
+        {"step": 3, "eval/percent_correct": 0.5},
+    ]
+    (tmp_path / "env_metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in env_lines))
+    table = store.read_step_table(tmp_path)
+    assert table.series("train/percent_correct") == [(1, 0.4)]
+    assert table.series("train/x") == [(1, 1.0)]
+    assert table.series("eval/percent_correct") == [(3, 0.5)] and table.last_step == 3
+    assert table.trainer_last_step == 1
