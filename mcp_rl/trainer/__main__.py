@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # One line per /batch poll would bury the step lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     # Nothing may be fetched from a hub at run time.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

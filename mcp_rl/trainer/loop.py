@@ -96,6 +96,7 @@ class Trainer:
         self.wandb_run: Any = None
         self.last_state_step = 0
         self.final_weights: str | None = None
+        self._recorded_sampler: tuple[int, str] | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -252,6 +253,7 @@ class Trainer:
         sampler_path = self.backend.update_sampler(step)
         if sampler_path is not None:
             self.recorder.checkpoint(step, "sampler", sampler_path)
+            self._recorded_sampler = (step, sampler_path)
         metrics: dict[str, Any] = {"train/loss": result.loss, "train/learning_rate": adam.learning_rate}
         metrics.update(batch_metrics(stats))
         metrics.update(logprob_metrics(examples, result))
@@ -267,7 +269,11 @@ class Trainer:
         self.recorder.checkpoint(step, "state", state, final=final)
         self.last_state_step = step
         weights = self.backend.save_sampler_weights(name)
-        self.recorder.checkpoint(step, "sampler", weights, final=final)
+        # A periodic save of weights the step already recorded would only repeat a line; the
+        # final one is written again so the index marks it final.
+        if final or self._recorded_sampler != (step, weights):
+            self.recorder.checkpoint(step, "sampler", weights, final=final)
+            self._recorded_sampler = (step, weights)
         return weights
 
     async def _finish(self, finished: bool) -> None:

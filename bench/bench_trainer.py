@@ -1,0 +1,93 @@
+"""Bench: a real local run of the bundled `arithmetic` environment (run-api + trainer + env).
+
+Prints seconds per step and the reward curve, and checks that learning shows: the mean reward of
+the last 5 steps must be at least 0.25 above that of the first 5. Exit status 1 if not.
+
+    /work/venv/bin/python bench/bench_trainer.py [--steps 30] [--lr 1e-3] [--keep]
+
+Defaults come from configs/run_options.yaml (`local:`) except where flags override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from mcp_rl.models import resolve_model  # noqa: E402
+from mcp_rl.settings import Settings, configs_dir  # noqa: E402
+from tests.trainer.run_harness import LocalRun, arithmetic_run_config  # noqa: E402
+
+REQUIRED_GAIN = 0.25
+
+
+def main() -> int:
+    options = yaml.safe_load((configs_dir() / "run_options.yaml").read_text(encoding="utf-8"))["local"]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=options["total_steps"])
+    parser.add_argument("--batch-size", type=int, default=options["batch_size"])
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=options["learning_rate"])
+    parser.add_argument("--lora-rank", type=int, default=options["lora_rank"])
+    parser.add_argument("--offpolicy", type=int, default=1, help="env.max_batches_offpolicy")
+    parser.add_argument("--keep", action="store_true", help="keep the run directory")
+    args = parser.parse_args()
+
+    settings = Settings.from_env()
+    model_dir = resolve_model(settings, options["base_model"])
+    work = Path(tempfile.mkdtemp(prefix="mcp-rl-bench-"))
+    config = arithmetic_run_config(
+        work / "run", model_dir, num_steps=args.steps, batch_size=args.batch_size, group_size=args.group_size,
+        learning_rate=args.lr, lora_rank=args.lora_rank, max_batches_offpolicy=args.offpolicy,
+        save_checkpoint_interval=options.get("save_checkpoint_interval", 0), run_id="bench",
+    )
+    print(f"bench: arithmetic, local backend, model {model_dir.name}, {args.steps} steps, batch {args.batch_size} "
+          f"(groups of {args.group_size}), LoRA rank {args.lora_rank}, lr {args.lr:g}, "
+          f"max_batches_offpolicy {args.offpolicy}", flush=True)
+    started = time.monotonic()
+    try:
+        with LocalRun(config, settings.home) as run:
+            run.start_all()
+            code = run.wait_trainer_exit(60 * 60)
+            metrics = run.metrics()
+            status = run.status()
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    wall = time.monotonic() - started
+    print(f"trainer exit code {code}, phase {status.get('phase')}, final weights {status.get('final_weights')}")
+    if code != 0 or len(metrics) != args.steps:
+        print(f"FAIL: expected {args.steps} metric lines and exit 0 ({status.get('error')})")
+        return 1
+    print("step  reward/mean  train/loss  logprobs/diff  sec/step  wait_for_batch")
+    for m in metrics:
+        print(f"{m['step']:>4}  {m['reward/mean']:>11.3f}  {m['train/loss']:>10.3f}  {m.get('logprobs/diff', 0.0):>13.4f}"
+              f"  {m['time/step_seconds']:>8.2f}  {m['time/wait_for_batch']:>14.2f}")
+    per_step = [m["time/step_seconds"] + m["time/wait_for_batch"] for m in metrics[1:]]
+    rewards = [m["reward/mean"] for m in metrics]
+    first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
+    print(f"seconds per step (train only): mean {statistics.mean(m['time/step_seconds'] for m in metrics):.2f}")
+    print(f"seconds per step (incl. waiting for rollouts, steps 2..): mean {statistics.mean(per_step):.2f}, "
+          f"median {statistics.median(per_step):.2f}; wall clock {wall:.0f} s")
+    print("reward curve: " + " ".join(f"{r:.2f}" for r in rewards))
+    print(f"mean reward first 5 steps: {first:.3f}")
+    print(f"mean reward last 5 steps:  {last:.3f}")
+    print(f"gain: {last - first:+.3f} (required >= {REQUIRED_GAIN})")
+    if last - first < REQUIRED_GAIN:
+        print("FAIL: learning did not show")
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
