@@ -64,6 +64,8 @@ def resolve_model(settings: Settings, base_model: str) -> Path:
         if settings.model_path is not None:
             return _existing_folder(settings.model_path, "MCP_RL_MODEL")
         return ensure_default_model(settings)
+    if settings.model_path is None and Path(base_model).expanduser().resolve() == default_model_dir(settings).resolve():
+        return ensure_default_model(settings)  # run.yaml names the default by its folder (config.local_model_location)
     return _existing_folder(Path(base_model).expanduser(), "base_model")
 
 
