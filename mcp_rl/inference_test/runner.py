@@ -134,47 +134,54 @@ class LocalServerError(McpRlError):
 
 @dataclass
 class LocalServer:
+    """The project's model server for the model `local`; ready once /health answers 200."""
+
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    deadline: float
+    ready: bool = False
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     @classmethod
-    def start(cls, settings: Settings, model_path: Path, log_path: Path, timeout_s: float, stop: threading.Event) -> LocalServer:
-        """Start the model server and wait for /health, failing with the log tail."""
+    def spawn(cls, settings: Settings, model_path: Path, log_path: Path, timeout_s: float) -> LocalServer:
         (port,) = allocate_ports(1)
         env = settings.child_env()
         for name in _STRIPPED_ENV:
             env.pop(name, None)
         argv = [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(model_path), "--port", str(port)]
         proc = spawn(argv, log_path, env)
-        server = cls(proc=proc, port=port, log_path=log_path)
         ident = identify(proc.pid)
         record = WorkerRecord(pid=proc.pid, pgid=proc.pid, create_time=ident.create_time if ident else 0.0, started_at=time.time())
+        # A reader that finds the worker dead ends the server with this.
         write_text_atomic(log_path.parent / LOCAL_SERVER_FILE, record.model_dump_json())
         log.info("local model server pid %s on port %s", proc.pid, port)
-        deadline = time.monotonic() + timeout_s
-        url = f"http://127.0.0.1:{port}/health"
-        while True:
-            code = proc.poll()
-            if code is not None:
-                raise LocalServerError(
-                    f"the local model server exited ({code}) before it was ready:\n{report.tail_text(log_path)}"
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return server
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline or stop.is_set():
-                server.stop()
-                reason = "the test was cancelled" if stop.is_set() else f"not ready after {timeout_s:.0f} s"
-                raise LocalServerError(f"the local model server was {reason}:\n{report.tail_text(log_path)}")
-            stop.wait(0.25)
+        return cls(proc=proc, port=port, log_path=log_path, deadline=time.monotonic() + timeout_s)
+
+    def check(self) -> bool:
+        """One readiness probe: True once ready.
+
+        Raises:
+            LocalServerError: the server exited or missed its deadline (with its log tail).
+        """
+        if self.ready:
+            return True
+        code = self.proc.poll()
+        if code is not None:
+            raise LocalServerError(f"the local model server exited ({code}) before it was ready:\n{report.tail_text(self.log_path)}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                self.ready = response.status == 200
+        except (urllib.error.URLError, OSError):
+            pass
+        if not self.ready and time.monotonic() > self.deadline:
+            raise LocalServerError(f"the local model server was not ready in time:\n{report.tail_text(self.log_path)}")
+        if self.ready:
+            log.info("local model server ready")
+        return self.ready
 
     def stop(self) -> None:
         stop_group(self.proc.pid, self.proc.pid, None, STOP_GRACE_S)
@@ -326,19 +333,23 @@ class TestWorker:
             except Exception as exc:  # noqa: BLE001 - reported as the test's failure
                 raise LocalServerError(f"cannot load the local model/tokenizer: {exc}") from exc
             if any(r.model.provider == "local" for r in pending):
-                try:
-                    local = LocalServer.start(
-                        self.settings, tokenizer, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s, self.stop
-                    )
-                except LocalServerError as exc:
-                    for run in [r for r in pending if r.model.provider == "local"]:
-                        pending.remove(run)
-                        self._finish(run, "failed", str(exc))
-                    self.write_summary()
+                # Loads while the remote models already run; local ones start once it is ready.
+                local = LocalServer.spawn(self.settings, tokenizer, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s)
             while (pending or running) and not self.stop.is_set():
                 changed = False
-                while pending and len(running) < self.spec.max_parallel:
-                    run = pending.pop(0)
+                if local is not None and not local.ready:
+                    try:
+                        local.check()
+                    except LocalServerError as exc:
+                        for run in [r for r in pending if r.model.provider == "local"]:
+                            pending.remove(run)
+                            self._finish(run, "failed", str(exc))
+                        local.stop()
+                        local, changed = None, True
+                startable = [r for r in pending if r.model.provider != "local" or (local is not None and local.ready)]
+                while startable and len(running) < self.spec.max_parallel:
+                    run = startable.pop(0)
+                    pending.remove(run)
                     self._start(run, tokenizer, local)
                     running.append(run)
                     changed = True
@@ -358,6 +369,9 @@ class TestWorker:
                         running.remove(run)
                         self._finish(run, "timed_out", f"no result within {self.spec.model_timeout_s:.0f} s; killed")
                         changed = True
+                if local is not None and not any(r.model.provider == "local" for r in [*pending, *running]):
+                    local.stop()  # done with it: give its CPU and memory back now
+                    local = None
                 if changed or time.monotonic() - self._last_write > HEARTBEAT_S:
                     self.write_summary()
                 self.stop.wait(TICK_S)
