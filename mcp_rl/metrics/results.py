@@ -113,6 +113,10 @@ async def get_results(
     results, query = await anyio.to_thread.run_sync(local_results, settings, run_id)
     report = await _wandb_report(query, cache, wandb_api_factory)
     _merge_wandb(results, report)
+    if report.mode == "offline":
+        offline = sorted((Path(results.run_dir) / "wandb").glob("offline-run-*"))
+        if offline:
+            results.notes.append(f"W&B offline run(s) on disk: {', '.join(map(str, offline))} (upload: wandb sync <dir>).")
     return results
 
 

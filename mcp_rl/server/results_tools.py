@@ -82,26 +82,37 @@ class PlotCache:
         return data
 
 
+def _connection_of(session: Any) -> Any:
+    # The session object is made per request; the connection under it is the client's. The SDK
+    # has no public name for it, so fall back to the session itself if it ever moves.
+    return getattr(session, "_connection", session)
+
+
 class LegacySubscriptions:
-    """Who subscribed to what with `resources/subscribe` (2025-11-25 clients), per session."""
+    """Who subscribed to what with `resources/subscribe` (2025-11-25 clients), per connection.
+
+    Held strongly (a per-request session would not outlive its request otherwise); a client that
+    has gone away fails its next notification and is forgotten then.
+    """
 
     def __init__(self) -> None:
-        self._by_uri: dict[str, list[Any]] = {}
+        self._by_uri: dict[str, list[tuple[Any, Any]]] = {}
 
     def add(self, uri: str, session: Any) -> None:
-        sessions = self._by_uri.setdefault(uri, [])
-        if not any(s is session for s in sessions):
-            sessions.append(session)
+        connection = _connection_of(session)
+        entries = self._by_uri.setdefault(uri, [])
+        if not any(c is connection for c, _ in entries):
+            entries.append((connection, session))
 
     def remove(self, uri: str, session: Any) -> None:
-        sessions = self._by_uri.get(uri, [])
-        self._by_uri[uri] = [s for s in sessions if s is not session]
+        connection = _connection_of(session)
+        self._by_uri[uri] = [(c, s) for c, s in self._by_uri.get(uri, []) if c is not connection]
 
     def __bool__(self) -> bool:
         return any(self._by_uri.values())
 
     async def notify(self, uri: str) -> None:
-        for session in list(self._by_uri.get(uri, [])):
+        for _, session in list(self._by_uri.get(uri, [])):
             try:
                 await session.send_resource_updated(uri)
             except Exception as exc:  # a closed session: forget it, keep notifying the others

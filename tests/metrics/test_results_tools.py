@@ -133,10 +133,12 @@ async def test_results_while_wandb_is_unreachable_still_answer_with_a_note(
 @pytest.mark.anyio
 async def test_offline_wandb_answers_from_local_metrics(home: Path) -> None:
     settings = Settings.from_env(make_env(home, WANDB_MODE="offline"))
-    write_run(settings, "wbofflinerun", 5, wandb_enabled=True)
+    run_dir = write_run(settings, "wbofflinerun", 5, wandb_enabled=True)
+    offline_dir = run_dir / "wandb" / "offline-run-20261122_060000-abcd1234"
+    offline_dir.mkdir(parents=True)
     results = await get_results(settings, "wbofflinerun")
     assert results.wandb.mode == "offline" and results.metrics["reward/mean"].final_step == 5
-    assert any("offline" in n for n in results.notes)
+    assert any(str(offline_dir) in n and "wandb sync" in n for n in results.notes)
 
 
 @pytest.mark.anyio
@@ -159,6 +161,14 @@ async def test_wandb_adds_its_url_and_fills_missing_metrics(home: Path) -> None:
 def _append_step(run_dir: Path) -> None:
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"step": 99, "reward/mean": 0.5, "train/loss": 0.1}) + "\n")
+
+
+async def _drain(next_uri) -> None:
+    """Drop notifications already delivered (e.g. a second one from acting twice above), so
+    the next phase only counts its own. Two watcher intervals cover any poll in flight."""
+    with anyio.move_on_after(0.3):
+        while True:
+            await next_uri()
 
 
 async def _until_updated(act, next_uri, uri: str, deadline: float = 10.0) -> None:
@@ -193,6 +203,7 @@ async def test_listen_hears_a_step_land_and_a_state_change(settings: Settings, m
                 return event.uri
 
             await _until_updated(lambda: _append_step(run_dir), next_uri, uri)
+            await _drain(next_uri)
             registry = Registry(settings.state_db)
             await _until_updated(lambda: registry.transition("live", RunState.RUNNING), next_uri, uri)
             assert registry.get_run("live").state == RunState.RUNNING
@@ -224,5 +235,28 @@ async def test_legacy_subscribe_hears_a_step_land_and_a_state_change(
             warnings.simplefilter("ignore")  # deprecated in 2026-era clients, the way 2025 hosts subscribe
             await client.subscribe_resource(uri)
         await _until_updated(lambda: _append_step(run_dir), receive.receive, uri)
+        await _drain(receive.receive)
         registry = Registry(settings.state_db)
         await _until_updated(lambda: registry.transition("live2", RunState.RUNNING), receive.receive, uri)
+
+        # Unsubscribed (from another request of the same client): silence. Proven by a second
+        # subscription on another run, which is heard while the first one stays quiet.
+        other_dir = write_run(settings, "live3", 3, state="starting")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await client.unsubscribe_resource(uri)
+            await client.subscribe_resource("rl://runs/live3")
+        await _drain(receive.receive)  # anything still queued from before the unsubscribe
+
+        def both() -> None:
+            _append_step(run_dir)
+            _append_step(other_dir)
+
+        heard: list[str] = []
+
+        async def next_uri() -> str:
+            heard.append(await receive.receive())
+            return heard[-1]
+
+        await _until_updated(both, next_uri, "rl://runs/live3")
+        assert uri not in heard
