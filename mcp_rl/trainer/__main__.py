@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     from mcp_rl.runconfig import RunConfig
     from mcp_rl.settings import Settings
@@ -42,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
     trainer = Trainer(config, Settings.from_env(), make_backend)
-    return asyncio.run(trainer.run())
+    code = asyncio.run(trainer.run())
+    # The outcome is on disk already. Leave without interpreter teardown: a daemon thread still
+    # inside torch (an inference request in flight) would otherwise abort the exit (SIGABRT).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

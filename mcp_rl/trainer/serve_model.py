@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     import uvicorn
 

@@ -32,10 +32,16 @@ ADAPTER_DIR = "adapter"
 
 
 def configure_torch_threads() -> int:
-    """Use the cores we have; torch's default oversubscribes small machines shared with the env."""
+    """Half the cores (at least one), or MCP_RL_TORCH_THREADS.
+
+    A run shares the machine with its environment process and the Atropos API, and often with
+    other runs. torch's default of one thread per core then oversubscribes the CPU, and its
+    OpenMP threads wait on each other while descheduled: steps became 10x slower in measurements
+    on a shared 2-core machine.
+    """
     import torch
 
-    wanted = int(os.environ.get("MCP_RL_TORCH_THREADS", "0")) or max(1, os.cpu_count() or 1)
+    wanted = int(os.environ.get("MCP_RL_TORCH_THREADS", "0") or 0) or max(1, (os.cpu_count() or 1) // 2)
     torch.set_num_threads(wanted)
     return wanted
 

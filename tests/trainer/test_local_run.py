@@ -1,0 +1,98 @@
+"""End to end on CPU: the real run-api, the trainer (local backend, the embedded model) and the
+bundled `arithmetic` environment's `serve`, as separate processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.run_harness import LocalRun, arithmetic_run_config, free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def model_dir() -> Path:
+    return Path(os.environ["MCP_RL_MODEL"])
+
+
+REQUIRED_METRICS = ("step", "time", "train/loss", "reward/mean", "advantages/mean", "advantages/std",
+                    "logprobs/mean", "logprobs/diff", "tokens", "time/step_seconds")
+
+
+def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -> None:
+    config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=3, batch_size=8, group_size=4,
+                                   save_checkpoint_interval=2)
+    with LocalRun(config, tmp_path / "home") as run:
+        run.start_all()
+        assert run.wait_trainer_exit(600) == 0, run.procs["trainer"].tail()
+        metrics = run.metrics()
+        status = run.status()
+        checkpoints = run.checkpoints()
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    for line in metrics:
+        missing = [k for k in REQUIRED_METRICS if k not in line]
+        assert not missing, f"metrics line lacks {missing}"
+        assert 0.0 <= line["reward/mean"] <= 1.0
+        assert line["tokens"] > 0 and line["time/step_seconds"] > 0
+        # Sampler and trainer compute the same logprobs for the same weights (up to one step
+        # of staleness); a mismatch in token alignment would show as a diff of whole nats.
+        assert abs(line["logprobs/diff"]) < 0.5
+    assert status["phase"] == "done" and status["step"] == 3 and status["error"] is None
+    final = Path(status["final_weights"])
+    assert (final / "adapter_config.json").is_file() and any(final.glob("adapter_model.*"))
+    states = [c for c in checkpoints if c["kind"] == "state"]
+    assert [(c["step"], c["final"]) for c in states] == [(2, False), (3, True)]
+    for c in states:
+        assert (Path(c["path"]) / "trainer_state.pt").is_file()
+
+
+def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path) -> None:
+    config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=50, batch_size=8, group_size=4,
+                                   api_unreachable_timeout_s=5)
+    with LocalRun(config, tmp_path / "home") as run:
+        run.start_all()
+        wait_until(lambda: len(run.metrics()) >= 1, 300, "the first training step",
+                   [run.procs["trainer"], run.procs["api"]])
+        run.procs["api"].signal_group(signal.SIGKILL)
+        code = run.wait_trainer_exit(120)
+        status = run.status()
+        log = run.procs["trainer"].tail(200)
+    assert code != 0
+    assert status["phase"] == "failed"
+    assert "Atropos API" in status["error"] and "has not answered" in status["error"]
+    assert "logs/api.log" in status["error"]
+    assert "trainer failed" in log
+
+
+def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
+    config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=4, batch_size=8, group_size=4)
+    with LocalRun(config, tmp_path / "home") as run:
+        run.start_all()
+        wait_until(lambda: len(run.metrics()) >= 1, 300, "the first training step",
+                   [run.procs["trainer"], run.procs["api"]])
+        run.procs["trainer"].signal_group(signal.SIGTERM)
+        assert run.wait_trainer_exit(120) == 0, run.procs["trainer"].tail()
+        stopped = run.status()
+        steps_before = [m["step"] for m in run.metrics()]
+    assert stopped["phase"] == "stopped"
+    last = steps_before[-1]
+    assert 1 <= last < 4
+    state = [c for c in run.checkpoints() if c["kind"] == "state"][-1]
+    assert state["step"] == last and (Path(state["path"]) / "trainer_state.pt").is_file()
+
+    # A fresh API (its state lives in memory) and env, the same run directory: resume.
+    resumed = config.with_ports(api=free_port(), inference=free_port())
+    with LocalRun(resumed, tmp_path / "home") as run:
+        run.start_all()
+        assert run.wait_trainer_exit(600) == 0, run.procs["trainer"].tail()
+        status = run.status()
+        steps = [m["step"] for m in run.metrics()]
+        log = run.log("trainer").read_text()
+    assert steps == steps_before + list(range(last + 1, 5))
+    assert status["phase"] == "done" and status["resume_state"] == state["path"]
+    assert f"resuming from {state['path']} (step {last})" in log
+    assert f"starting_step={last}" in log
+
