@@ -155,6 +155,16 @@ class Episode:
         return [t.reward for t in self.turns]
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    """The error under Atropos's retry wrapper (tenacity's RetryError says nothing by itself)."""
+    last = getattr(exc, "last_attempt", None)
+    if last is not None and getattr(last, "failed", False):
+        inner = last.exception()
+        if inner is not None:
+            return inner
+    return exc
+
+
 class EpisodeFailed(Exception):
     """The GEM environment or the policy's server failed mid-episode; the episode is dropped."""
 
@@ -370,7 +380,8 @@ class GemEnv(BaseEnv):
                 try:
                     tokens, logprobs, text, unfinished = await self._sample(prompt, split)
                 except Exception as exc:
-                    raise EpisodeFailed(f"sampling failed: {type(exc).__name__}: {exc}") from exc
+                    cause = _root_cause(exc)
+                    raise EpisodeFailed(f"sampling failed: {type(cause).__name__}: {cause}") from exc
                 if not tokens:
                     raise EpisodeFailed("the server returned an empty action")
                 action = prompt.prefill + text
