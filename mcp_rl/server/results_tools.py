@@ -147,6 +147,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
     @tool_errors
     async def rl_get_results(
         run_id: Annotated[str, Field(description="Run id from rl_start_training or rl_list_runs.")],
+        include_plot: Annotated[
+            bool, Field(description="Attach the reward/loss PNG (about 50 kB); false for hosts that cannot show images.")
+        ] = True,
     ) -> Annotated[CallToolResult, RunResults]:
         """Results of a training run: is it worth keeping, and where are its weights.
 
@@ -155,23 +158,25 @@ def register(mcp: MCPServer, state: AppState) -> None:
         the step each came from; a short history (at most 50 steps, always the first and last);
         the weights (last saved sampler weights: a tinker:// URL or a local LoRA folder; the
         resumable checkpoint if any); the W&B run URL when W&B is on. Also returns the reward and
-        loss curve as a PNG and links to the logs and full metrics. W&B problems never fail this
+        loss curve as a PNG (include_plot) and links to the logs and full metrics. W&B problems never fail this
         tool: they are listed under `notes`. Works while the run is still going.
         """
         results = await get_results(settings, run_id, cache=wandb_cache)
-        png = await plots.png(run_id, Path(results.run_dir))
-        structured = results.model_dump(mode="json")
         content: list[Any] = [
             TextContent(type="text", text=_summary_line(results)),
             TextContent(type="text", text=results.model_dump_json()),
-            ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png"),
+        ]
+        if include_plot:
+            png = await plots.png(run_id, Path(results.run_dir))
+            content.append(ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png"))
+        content += [
             _link(results.plot_uri, "reward and loss plot", "image/png", "PNG of reward/mean and train/loss per step"),
             _link(results.metrics_uri, "metrics", "application/json", "Per-step metrics (metrics.jsonl)"),
             _link(f"rl://runs/{run_id}", "run status", "application/json", "State and processes of the run"),
         ]
         for name, uri in results.log_uris.items():
             content.append(_link(uri, f"{name} log", "text/plain", f"Tail of the {name} process log"))
-        return CallToolResult(content=content, structured_content=structured)
+        return CallToolResult(content=content, structured_content=results.model_dump(mode="json"))
 
     @mcp.resource(
         "rl://runs/{run_id}/plot.png",

@@ -81,6 +81,17 @@ async def test_results_of_a_2000_step_run(settings: Settings, mode: str) -> None
 
 
 @pytest.mark.anyio
+async def test_results_without_the_plot(settings: Settings) -> None:
+    write_run(settings, "noplot", 10)
+    async with Client(build_server(settings)) as client:
+        result = await client.call_tool("rl_get_results", {"run_id": "noplot", "include_plot": False})
+    assert not result.is_error
+    assert not [c for c in result.content if isinstance(c, ImageContent)]
+    assert any(isinstance(c, ResourceLink) and c.uri.endswith("/plot.png") for c in result.content)
+    assert result.structured_content["steps_completed"] == 10
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_unknown_run_is_a_tool_error_pointing_at_rl_list_runs(settings: Settings, mode: str) -> None:
     async with Client(build_server(settings), mode=mode) as client:
