@@ -30,6 +30,17 @@ SHORT = {"total_steps": 2, "batch_size": 8, "group_size": 4}
 RUN_DEADLINE_S = 900.0
 
 
+@pytest.fixture(autouse=True)
+def _stop_runs_left_by_a_failing_test(home: Path):
+    """A failed assertion must not leave a detached run training in the background."""
+    yield
+    settings = Settings.from_env(make_env(home))
+    if settings.state_db.exists():
+        for run in service.registry_for(settings).list_runs():
+            if run.active:
+                service.stop_run(settings, run.run_id)
+
+
 async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
     result = await client.call_tool(tool, args or {})
     assert not result.is_error, f"{tool}: {result.content[0].text}"
@@ -128,10 +139,8 @@ async def test_stopping_a_running_run_leaves_no_process_or_port(home: Path) -> N
 
 
 def _server_pid() -> int:
-    servers = [
-        p for p in psutil.Process().children(recursive=True)
-        if "mcp_rl" in " ".join(p.cmdline()) and "serve" in p.cmdline()
-    ]
+    # The stdio client starts the server as our direct child: `python -m mcp_rl serve`.
+    servers = [p for p in psutil.Process().children() if p.cmdline()[1:4] == ["-m", "mcp_rl", "serve"]]
     assert len(servers) == 1, servers
     return servers[0].pid
 
