@@ -329,6 +329,7 @@ async def _run(options: DemoOptions, printer: Printer) -> int:
         command=sys.executable, args=["-m", "mcp_rl", "serve"], env=server_env(home, model), cwd=str(home)
     )
     outcome = 0
+    left: list[int] = []
     interrupted = False
     demo: Demo | None = None
 
@@ -366,6 +367,9 @@ async def _run(options: DemoOptions, printer: Printer) -> int:
                     await stop_run(client, demo, printer)
         except DemoFailed as exc:
             printer.line(f"\nThe demo stopped: {exc}")
+            outcome = 1
+        except Exception as exc:  # the server died or the connection broke: say so, then clean up
+            printer.line(f"\nThe demo stopped: lost the MCP server ({type(exc).__name__}: {exc}).")
             outcome = 1
         finally:
             with anyio.CancelScope(shield=True):
