@@ -60,6 +60,7 @@ LOCAL_MODEL_NAME = "local"
 # Lines Atropos logs per finished group in process mode (INFO; visible when the env runner
 # configures logging) — used only for progress, never for results.
 _PROGRESS_MARK = b"Successfully processed group"
+_GROUP_RETRY_MARK = b"Failed to process group"
 # Keys a process-mode child must not inherit: it gets at most the one it needs, by name.
 _STRIPPED_ENV = (*SECRET_ENV_VARS, "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ADMIN_KEY")
 
@@ -307,6 +308,20 @@ class TestWorker:
         )
         log.info("model %s: started pid %s", run.model.id, run.proc.pid)
 
+    def _timeout_reason(self, run: ModelRun) -> str:
+        reason = f"no result within {self.spec.model_timeout_s:.0f} s; killed"
+        try:
+            retries = run.log_path.read_bytes().count(_GROUP_RETRY_MARK)
+        except FileNotFoundError:
+            retries = 0
+        if retries:
+            # Atropos retries forever when the environment returns no group for an item.
+            reason += (
+                f". The environment rejected {retries} groups built from this model's answers "
+                "(often empty or unparseable completions)"
+            )
+        return reason
+
     def _kill(self, run: ModelRun) -> None:
         if run.proc is None:
             return
@@ -367,7 +382,7 @@ class TestWorker:
                     elif time.monotonic() > run.deadline:
                         self._kill(run)
                         running.remove(run)
-                        self._finish(run, "timed_out", f"no result within {self.spec.model_timeout_s:.0f} s; killed")
+                        self._finish(run, "timed_out", self._timeout_reason(run))
                         changed = True
                 if local is not None and not any(r.model.provider == "local" for r in [*pending, *running]):
                     local.stop()  # done with it: give its CPU and memory back now

@@ -9,6 +9,8 @@ Authorization header, body) and can be told to misbehave per model id:
     "malformed"  200 with a body that is not a completion (no `choices`)
     "fail"       HTTP 500 with an error body
     "hang"       never answers within the client's patience (sleeps `hang_s`)
+    "empty"      well-formed completions with no content, cut at the token limit (a reasoning
+                 model that spent max_tokens thinking)
 
 Use in-process: `with FakeOpenRouter(behaviours={"bad/model": "malformed"}) as fake: fake.base_url`,
 or standalone: `python tests/fakes/fake_openrouter.py --port 8123 --latency 0.5`.
@@ -140,7 +142,7 @@ class FakeOpenRouter:
                     time.sleep(fake.hang_s)
                     self._send(504, {"error": {"message": "timeout"}})
                 elif self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(200, fake.chat_completion(body))
+                    self._send(200, fake.chat_completion(body, empty=behaviour == "empty"))
                 elif self.path.rstrip("/").endswith("/completions"):
                     self._send(200, fake.completion(body))
                 else:
@@ -164,18 +166,18 @@ class FakeOpenRouter:
         self.stop()
 
     # -- response bodies -------------------------------------------------------------------
-    def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+    def chat_completion(self, body: dict[str, Any], empty: bool = False) -> dict[str, Any]:
         model = body.get("model", "")
         messages = body.get("messages") or []
         prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         n = int(body.get("n") or 1)
         choices = []
         for i in range(n):
-            text = self.responder(model, prompt, i)
+            text = "" if empty else self.responder(model, prompt, i)
             choice: dict[str, Any] = {
                 "index": i,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "finish_reason": "length" if empty else "stop",
                 "logprobs": None,
             }
             if body.get("logprobs"):

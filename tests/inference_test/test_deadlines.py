@@ -22,7 +22,7 @@ from tests.inference_test.helpers import ENV_NAME, ENV_PATHS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-GOOD, HANG = "fake/good-model", "fake/hanging-model"
+GOOD, HANG, EMPTY = "fake/good-model", "fake/hanging-model", "fake/silent-model"
 
 
 def _settings(home: Path, fake: FakeOpenRouter) -> Settings:
@@ -58,12 +58,12 @@ async def _until(predicate, timeout_s: float, what: str) -> None:
         await anyio.sleep(0.2)
 
 
-async def test_hanging_model_is_killed_at_its_deadline_the_rest_finishes(home: Path) -> None:
-    with FakeOpenRouter(behaviours={HANG: "hang"}, hang_s=600) as fake:
+async def test_hanging_and_silent_models_are_killed_at_their_deadline_the_rest_finishes(home: Path) -> None:
+    with FakeOpenRouter(behaviours={HANG: "hang", EMPTY: "empty"}, hang_s=600) as fake:
         settings = _settings(home, fake)
         env_ref, env_config = _environment(settings)
         started = service.start_test(
-            settings, env_ref, env_config, num_steps=1, group_size=2, models=[GOOD, HANG], model_timeout_s=60
+            settings, env_ref, env_config, num_steps=1, group_size=2, models=[GOOD, HANG, EMPTY], model_timeout_s=60
         )
         early = await service.wait_for_test(settings, started.test_id, 1.0)
         assert early.state == "running"
@@ -71,10 +71,12 @@ async def test_hanging_model_is_killed_at_its_deadline_the_rest_finishes(home: P
 
         done = await service.wait_for_test(settings, started.test_id, 180)
     assert done.state == "completed"
-    good, hang = done.models_tested
+    good, hang, silent = done.models_tested
     assert good.state == "succeeded" and good.total_completions == 2
     assert hang.state == "timed_out" and "killed" in (hang.error or "") and hang.log_tail is not None
-    assert HANG in fake.models_seen()
+    # Empty answers make the environment drop every group; Atropos would retry forever.
+    assert silent.state == "timed_out" and "rejected" in (silent.error or "")
+    assert {HANG, EMPTY} <= fake.models_seen()
     assert done.summary.environment_working is True and done.summary.best_model == GOOD
     await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the test's processes to end")
 
