@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 
-# The bundled environment the tests smoke-test. MCP_RL_TEST_ENV / MCP_RL_TEST_ENV_PATHS exist
-# only to point these tests at another environment while developing.
-ENV_NAME = os.environ.get("MCP_RL_TEST_ENV", "arithmetic")
-ENV_PATHS = [Path(p) for p in os.environ.get("MCP_RL_TEST_ENV_PATHS", "").split(os.pathsep) if p]
+# The bundled environment the tests smoke-test (no extra environment folders needed).
+ENV_NAME = "arithmetic"
+ENV_PATHS: list[Path] = []
 
 
 async def read_until_done(client: Any, uri: str, timeout_s: float = 600.0) -> dict[str, Any]:
