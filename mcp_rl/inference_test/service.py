@@ -312,6 +312,25 @@ def model_file(settings: Settings, test_id: str, model: str, kind: FileKind) -> 
     return test_dir(settings, test_id) / entry.slug / _FILES[kind]
 
 
+def cancel_test(settings: Settings, test_id: str, timeout_s: float = 30.0) -> InferenceTestResult:
+    """Stop a running test: its worker ends its models and the local server, then says so.
+
+    A worker that does not finish within `timeout_s` has its group killed; the test then reads
+    as failed (and its leftover model processes are ended by `read_test`).
+    """
+    from mcp_rl.supervisor.processes import is_alive, stop_group
+
+    folder = test_dir(settings, test_id)
+    try:
+        record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return read_test(settings, test_id)
+    if is_alive(record.pid, record.create_time or None):
+        # SIGTERM is the worker's cue to cancel cleanly; stop_group escalates after the grace.
+        stop_group(record.pid, record.pgid, record.create_time or None, timeout_s)
+    return read_test(settings, test_id)
+
+
 # --- waiting --------------------------------------------------------------------------------
 def progress_of(result: InferenceTestResult) -> tuple[int, int]:
     """(groups done, groups planned) over all models; a finished model counts in full."""

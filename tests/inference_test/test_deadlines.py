@@ -87,9 +87,7 @@ async def test_cancelling_the_worker_ends_its_models(home: Path) -> None:
         env_ref, env_config = _environment(settings)
         started = service.start_test(settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300)
         await _until(lambda: HANG in fake.models_seen(), 120, "the model's first request")
-        record = WorkerRecord.model_validate_json((home / "tests" / started.test_id / WORKER_FILE).read_text())
-        os.kill(record.pid, signal.SIGTERM)
-        done = await service.wait_for_test(settings, started.test_id, 60)
+        done = await anyio.to_thread.run_sync(service.cancel_test, settings, started.test_id)
     assert done.state == "cancelled"
     assert done.models_tested[0].state == "cancelled"
     await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the test's processes to end")
