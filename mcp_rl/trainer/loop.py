@@ -58,6 +58,10 @@ def logprob_metrics(examples: list[TrainingExample], result: ForwardBackwardResu
         out["logprobs/std"] = math.sqrt(sum((x - out["logprobs/mean"]) ** 2 for x in sampled) / len(sampled))
         out["logprobs/diff"] = out["logprobs/mean"] - out["logprobs/mean_training"]
         out["logprobs/abs_diff"] = sum(abs(a - b) for a, b in zip(sampled, trained, strict=True)) / len(sampled)
+        # The GEM recipe's names: sample-vs-train KL estimates and the sampled tokens' entropy.
+        out["train/kl_sample_train_v1"] = out["logprobs/diff"]
+        out["train/kl_sample_train_v2"] = 0.5 * sum((a - b) ** 2 for a, b in zip(sampled, trained, strict=True)) / len(sampled)
+        out["sampler/token_entropy"] = -out["logprobs/mean"]
     elif trained:
         # No sampler logprobs (an OpenAI-type server): the trainer's own are the only ones.
         out["logprobs/mean"] = out["logprobs/mean_training"]

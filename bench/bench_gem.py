@@ -1,0 +1,159 @@
+"""GEM learning on the local backend: game:GuessTheNumber-v0-easy, through a real stdio MCP server.
+
+Selects the GEM id, shortens the run with rl_edit_config, starts it with rl_start_training,
+polls rl_check_status until it completes, then prints per trainer step the episode return and
+success rate the environment measured (env_metrics.jsonl: episodes played since the previous
+step) and the trainer's reward/mean (mean discounted return of the trained transitions). Last:
+the mean success rate of the first and of the last `--window` steps; exit 1 unless the last is
+higher.
+
+Everything is real: the embedded SmolLM2-135M-Instruct, the trainer, Atropos run-api, GemEnv.
+The settings below are the ones tuned for 2 CPU cores (short prefilled answers, small groups);
+see docs/design-notes.md, "GEM environments".
+
+Run: python bench/bench_gem.py [--steps 30] [--window 5] [--home DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+GEM_ID = "game:GuessTheNumber-v0-easy"
+RUN_DEADLINE_S = 4 * 3600
+
+
+def server_params(home: Path) -> StdioServerParameters:
+    env = {"PATH": os.environ.get("PATH", ""), "MCP_RL_HOME": str(home), "MCP_RL_STATUS_MIN_INTERVAL": "0",
+           "HF_HUB_OFFLINE": "1"}
+    if os.environ.get("MCP_RL_MODEL"):
+        env["MCP_RL_MODEL"] = os.environ["MCP_RL_MODEL"]
+    return StdioServerParameters(command=sys.executable, args=["-m", "mcp_rl", "serve"], env=env)
+
+
+async def call(client: Client, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(name, args or {})
+    if result.is_error:
+        raise SystemExit(f"{name}{args or ''} failed: {result.content[0].text}")
+    return result.structured_content or {}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written
+    return out
+
+
+def per_step(env_lines: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """The GEM metrics line of each step (episodes finished since the previous one)."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in env_lines:
+        if "gem/episode_return" in line:
+            steps[int(line["step"])] = line
+    return steps
+
+
+async def run(args: argparse.Namespace) -> int:
+    home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="bench-gem-"))
+    edits: dict[str, Any] = {
+        "total_steps": args.steps,
+        "group_size": args.group,
+        "batch_size": args.group,  # one group per step: ReBN over the whole batch, as the recipe
+        "learning_rate": args.lr,
+        "lora_rank": args.lora_rank,
+        "num_envs": args.num_envs,
+        "max_tokens_per_turn": args.max_tokens,
+        "template": "qwen3_game_prefill",
+        "wrappers": "concat",
+        "gamma": 0.9,
+        "batch_normalize": True,
+        "save_checkpoint_interval": 0,
+    }
+    started_at = time.monotonic()
+    async with Client(server_params(home)) as client:
+        await call(client, "rl_select_environment", {"name": GEM_ID})
+        for field, value in edits.items():
+            await call(client, "rl_edit_config", {"field": field, "value": value})
+        started = await call(client, "rl_start_training")
+        run_id = started["run_id"]
+        print(f"run {run_id} in {home} ({', '.join(f'{k}={v}' for k, v in edits.items())})", flush=True)
+        run_dir = home / "runs" / run_id
+        printed = 0
+        print(f"{'step':>4}  {'episode_return':>14}  {'success_rate':>12}  {'episodes':>8}  {'turns':>5}  "
+              f"{'reward/mean':>11}  {'kl(logprobs/diff)':>17}  {'seconds':>7}", flush=True)
+        end = time.monotonic() + RUN_DEADLINE_S
+        status: dict[str, Any] = {}
+        while time.monotonic() < end:
+            status = await call(client, "rl_check_status", {"run_id": run_id})
+            trainer = {m["step"]: m for m in read_jsonl(run_dir / "metrics.jsonl")}
+            gem = per_step(read_jsonl(run_dir / "env_metrics.jsonl"))
+            done = status["status"] in {"completed", "failed", "stopped"}
+            ready = sorted(s for s in trainer if s > printed and (s in gem or done))
+            for step in ready:
+                t, g = trainer[step], gem.get(step, {})
+                print(
+                    f"{step:>4}  {g.get('gem/episode_return', float('nan')):>14.3f}  "
+                    f"{g.get('gem/success_rate', float('nan')):>12.3f}  {g.get('gem/episodes', 0):>8.0f}  "
+                    f"{g.get('gem/turns_per_episode', float('nan')):>5.2f}  {t.get('reward/mean', float('nan')):>11.3f}  "
+                    f"{t.get('logprobs/diff', float('nan')):>17.4f}  {t.get('time/step_seconds', float('nan')):>7.1f}",
+                    flush=True,
+                )
+                printed = step
+            if done:
+                break
+            await anyio.sleep(2.0)
+    if status.get("status") != "completed":
+        print(f"run ended {status.get('status')}: {status.get('error') or status.get('cause')}")
+        return 1
+    gem = per_step(read_jsonl(run_dir / "env_metrics.jsonl"))
+    steps = sorted(gem)
+    window = min(args.window, len(steps) // 2)
+    if window < 1:
+        print("not enough steps with GEM metrics to compare")
+        return 1
+
+    def mean_success(chosen: list[int]) -> tuple[float, int]:
+        # Weighted by episodes: every episode counts once.
+        episodes = sum(gem[s]["gem/episodes"] for s in chosen)
+        wins = sum(gem[s]["gem/success_rate"] * gem[s]["gem/episodes"] for s in chosen)
+        return wins / episodes, int(episodes)
+
+    first, first_n = mean_success(steps[:window])
+    last, last_n = mean_success(steps[-window:])
+    minutes = (time.monotonic() - started_at) / 60
+    print(f"success rate, first {window} steps: {first:.3f} ({first_n} episodes)")
+    print(f"success rate, last {window} steps:  {last:.3f} ({last_n} episodes)")
+    print(f"{'IMPROVED' if last > first else 'NOT IMPROVED'} in {minutes:.1f} min")
+    return 0 if last > first else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--window", type=int, default=5)
+    parser.add_argument("--group", type=int, default=16, help="transitions per group = per step")
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--home", default=None, help="state dir (default: a fresh temporary one)")
+    return anyio.run(run, parser.parse_args())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
