@@ -1,23 +1,31 @@
 """Launcher of an environment process: `serve` in a run, `process` in smoke tests.
 
-    python -m mcp_rl.environments.runner ENV_FILE CLASS_NAME [--project-root DIR] MODE [ARGS...]
+    python -m mcp_rl.environments.runner ENV_FILE CLASS_NAME [--project-root DIR]
+        [--start-when FILE] MODE [ARGS...]
 
 MODE and ARGS are the environment's own Atropos CLI (`serve --config run.yaml`,
 `process --env.total_steps 3 ...`). The file is imported under a private module name (never
 `__main__`, so its own `cli()` call at the bottom does not fire) with its project root on
 sys.path and as the working directory; then the class's `cli()` runs with these arguments.
+
+With --start-when, the environment is imported first and MODE starts only once FILE exists: the
+supervisor starts an environment's (slow) imports while the trainer loads, and creates FILE
+when the trainer is ready, so `serve` still begins strictly after it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from mcp_rl.environments.loader import load_env_class
 
 # Options of the Atropos CLI whose value is a path: resolved before we change directory.
 _PATH_OPTIONS = ("--config",)
+# An environment held back longer than this gives up (its supervisor is gone).
+START_WHEN_TIMEOUT_S = 3600.0
 
 
 def _absolute_paths(args: list[str]) -> list[str]:
@@ -36,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("env_file", type=Path)
     parser.add_argument("class_name")
     parser.add_argument("--project-root", type=Path, default=None, help="default: the file's folder")
+    parser.add_argument("--start-when", type=Path, default=None, help="import now, run MODE once this file exists")
     parser.add_argument("mode", choices=["serve", "process", "evaluate"])
     parser.add_argument("args", nargs=argparse.REMAINDER, help="passed to the environment's CLI")
     return parser
@@ -46,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     env_file = ns.env_file.resolve()
     project_root = (ns.project_root or env_file.parent).resolve()
     env_args = _absolute_paths(ns.args)
+    start_when = ns.start_when.resolve() if ns.start_when else None
     cls = load_env_class(env_file, ns.class_name, project_root)
+    if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):
+        print(f"gave up waiting for {start_when} after {START_WHEN_TIMEOUT_S:g} s", file=sys.stderr)
+        return 1
     # Metrics hook (mcp_rl.metrics): what the environment logs also goes to the run dir, not only W&B.
     from mcp_rl.metrics.env_metrics import install_for_run
 
@@ -55,6 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [str(env_file), ns.mode, *env_args]
     cls.cli()  # run_and_exit: raises SystemExit with the environment's exit code
     return 0
+
+
+def _wait_for(path: Path, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)  # polling a file the supervisor creates; 50 ms adds nothing noticeable
+    return True
 
 
 if __name__ == "__main__":

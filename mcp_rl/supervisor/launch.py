@@ -24,6 +24,8 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     env = settings.child_env()
     python = sys.executable
     run_dir = config.paths.run_dir
+    release_file = run_dir / ".env-start"
+    release_file.unlink(missing_ok=True)
     return [
         ProcessSpec(
             name="api",
@@ -58,6 +60,8 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
                 config.environment.class_name,
                 "--project-root",
                 str(config.environment.project_root),
+                "--start-when",
+                str(release_file),
                 "serve",
                 "--config",
                 str(config_path),
@@ -65,6 +69,10 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
             log_path=log_path(config, "env"),
             env=env,
             cwd=config.environment.project_root,
+            # Its imports (atroposlib, the tokenizer: seconds) overlap the trainer's start-up;
+            # `serve` begins when the trainer is ready and the supervisor creates the file.
+            prestart=True,
+            release=release_file.touch,
             ready=readiness.env_registered(api_port),
             ready_deadline_s=policy.env_ready_s,
             ready_description=f"registered with the API (GET http://{HOST}:{api_port}/status-env)",

@@ -259,6 +259,11 @@ class Registry:
         return [ProcessRecord.model_validate(dict(row)) for row in rows]
 
     # --- events and status checks ----------------------------------------------------------
+    def record_event(self, run_id: str, subject: str, state: str, cause: str | None = None) -> None:
+        """An event that changes no state (e.g. a held process released)."""
+        with self._write() as db:
+            _event(db, run_id, subject, state, cause, time.time())
+
     def events(self, run_id: str) -> list[EventRecord]:
         with self._connect() as db:
             rows = db.execute(

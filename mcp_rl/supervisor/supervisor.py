@@ -94,6 +94,10 @@ class ProcessSpec:
     ready_description: str
     cwd: Path | None = None
     port: int | None = None
+    # Started while the previous process is still coming up (its imports overlap), but held
+    # back until `release()` is called once that process is ready.
+    prestart: bool = False
+    release: Callable[[], None] | None = None
 
 
 @dataclass
@@ -139,10 +143,16 @@ class RunSupervisor:
 
     # --- start-up, in order, each after the previous one is ready ----------------------------
     def _start_all(self) -> Verdict | None:
-        for spec in self.specs:
+        for index, spec in enumerate(self.specs):
             if self._stop_requested():
                 return Verdict(RunState.STOPPED, "stop requested while starting")
-            running = self._spawn(spec)
+            running = self._procs.get(spec.name) or self._spawn(spec)
+            if spec.release is not None:
+                spec.release()
+                self.registry.record_event(self.run_id, spec.name, "released", "the previous process is ready")
+            following = self.specs[index + 1] if index + 1 < len(self.specs) else None
+            if following is not None and following.prestart:
+                self._spawn(following)
             problem: list[Verdict] = []
 
             def ended_or_hung() -> bool:

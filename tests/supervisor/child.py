@@ -50,10 +50,13 @@ def main() -> int:
     parser.add_argument("--phase-at-exit", default="done")
     parser.add_argument("--spawn-grandchild", action="store_true")
     parser.add_argument("--touch", type=Path)
+    parser.add_argument("--wait-for", type=Path, help="with --touch: only once this file exists")
     args = parser.parse_args()
     print(f"child {os.getpid()} starting", flush=True)
     if args.touch:
-        args.touch.write_text("x")
+        while args.wait_for and not args.wait_for.exists():
+            time.sleep(0.02)
+        args.touch.write_text(str(time.time()))
         print("touched, exiting", flush=True)
         return args.exit_code
     if args.spawn_grandchild:

@@ -101,6 +101,39 @@ def test_environment_exit_0_is_normal_and_the_trainer_finishing_completes_the_ru
     h.assert_nothing_left()
 
 
+def test_a_prestarted_environment_is_released_only_once_the_trainer_is_ready(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    go = tmp_path / "go"
+    h.specs[2].argv += ["--wait-for", str(go)]
+    h.specs[2].prestart = True
+    h.specs[2].release = go.touch
+    h.start()
+    h.wait_state(RunState.RUNNING)
+    procs = {p.name: p for p in h.registry.processes("r1")}
+    assert procs["env"].started_at < procs["trainer"].ready_at  # imports overlapped the trainer's start
+    served_at = float(h.env_touched.read_text())
+    assert served_at >= procs["trainer"].ready_at  # but it began its work only after
+    events = [(e.subject, e.state) for e in h.registry.events("r1")]
+    assert events.index(("trainer", "running")) < events.index(("env", "released")) < events.index(("env", "running"))
+    h.done.write_text("x")
+    assert h.join() == RunState.COMPLETED
+    h.assert_nothing_left()
+
+
+def test_a_prestarted_environment_that_crashes_fails_the_run_at_once(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.specs[2].argv = [sys.executable, "-c", "raise SystemExit('cannot import the environment')"]
+    h.specs[2].prestart = True
+    h.specs[1].ready = lambda: False  # the trainer is still loading
+    started = time.monotonic()
+    h.start()
+    assert h.join() == RunState.FAILED
+    assert time.monotonic() - started < 20
+    cause = h.registry.get_run("r1").cause
+    assert "env" in cause and "exit code 1" in cause and "cannot import the environment" in cause
+    h.assert_nothing_left()
+
+
 def test_killed_trainer_fails_the_run_with_the_cause_and_stops_the_rest(tmp_path: Path) -> None:
     h = Harness(tmp_path).start()
     h.wait_state(RunState.RUNNING)
