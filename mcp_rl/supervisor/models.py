@@ -105,3 +105,4 @@ class ReconcileReport(BaseModel):
     checked: int
     failed: list[str] = Field(default_factory=list, description="Runs whose supervisor was gone, now failed.")
     stopped: list[str] = Field(default_factory=list, description="Runs being stopped whose supervisor was gone.")
+    cleaned: list[str] = Field(default_factory=list, description="Ended runs whose leftover processes were ended.")

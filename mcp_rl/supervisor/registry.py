@@ -253,6 +253,15 @@ class Registry:
             if "state" in fields:
                 _event(db, run_id, name, ProcState(fields["state"]), cause, now)
 
+    def ended_runs_with_live_processes(self) -> list[str]:
+        """Ended runs with a process still recorded as starting or running (an interrupted clean-up)."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT DISTINCT p.run_id FROM run_processes p JOIN runs r ON r.run_id = p.run_id"
+                " WHERE r.state IN ('completed', 'failed', 'stopped') AND p.state IN ('starting', 'running')"
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def processes(self, run_id: str) -> list[ProcessRecord]:
         with self._connect() as db:
             rows = db.execute("SELECT * FROM run_processes WHERE run_id = ?", (run_id,)).fetchall()

@@ -404,37 +404,48 @@ def _supervisor_gone(run: RunRecord, now: float) -> bool:
 
 
 def _refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord:
-    """An active run whose supervisor is gone is ended now, never reported as running."""
+    """An active run whose supervisor is gone is ended now, never reported as running.
+
+    Only the state change happens here (status calls must stay fast); its leftover processes
+    are ended in the background, and by the next reconciliation if this process dies first.
+    """
     if run.state not in ACTIVE_STATES or not _supervisor_gone(run, time.time()):
         return run
-    _reconcile_run(registry, run, Policy.from_env())
+    _reconcile_run(registry, run, Policy.from_env(), background=True)
     return registry.get_run(run.run_id) or run
 
 
-def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy) -> RunState:
+def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, background: bool = False) -> RunState:
     # The supervisor may have recorded the end just before exiting.
     current = registry.get_run(run.run_id)
     if current is None or current.state not in ACTIVE_STATES:
         return current.state if current else run.state
     if current.state == RunState.STOPPING:
-        _end_leftovers(registry, current, policy, "stopped on request (supervisor gone)")
+        final, why = RunState.STOPPED, "stopped on request (supervisor gone)"
         registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
-        return RunState.STOPPED
-    pid = current.supervisor_pid
-    cause = (
-        f"the run supervisor (pid {pid}) died while the run was {current.state}; "
-        "its remaining processes were ended. Check rl://runs/{id}/logs/supervisor.".replace("{id}", run.run_id)
-        if pid
-        else "the run supervisor never started (the server that launched it stopped first)"
-    )
-    registry.transition(run.run_id, RunState.FAILED, cause)
-    _end_leftovers(registry, current, policy, "stopped because the supervisor died")
-    return RunState.FAILED
+    else:
+        pid = current.supervisor_pid
+        final, why = RunState.FAILED, "stopped because the supervisor died"
+        cause = (
+            f"the run supervisor (pid {pid}) died while the run was {current.state}; its remaining "
+            f"processes were ended. Check rl://runs/{run.run_id}/logs/supervisor."
+            if pid
+            else "the run supervisor never started (the server that launched it stopped first)"
+        )
+        registry.transition(run.run_id, RunState.FAILED, cause)
+    if background:
+        threading.Thread(
+            target=_end_leftovers, args=(registry, current, policy, why), name=f"end-{run.run_id}", daemon=True
+        ).start()
+    else:
+        _end_leftovers(registry, current, policy, why)
+    return final
 
 
 def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileReport:
     """Find active runs whose supervisor died: mark them failed (or stopped, if a stop was
-    requested) and end their leftover process groups. Cheap when nothing is wrong."""
+    requested) and end their leftover process groups; also end processes still alive of runs
+    that ended without their supervisor cleaning up. Cheap when nothing is wrong."""
     policy = policy or Policy.from_env()
     registry = registry_for(settings)
     active = registry.list_runs(ACTIVE_STATES)
@@ -448,8 +459,16 @@ def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileRepo
             report.failed.append(run.run_id)
         elif final == RunState.STOPPED:
             report.stopped.append(run.run_id)
-    if report.failed or report.stopped:
-        log.warning("reconciled runs whose supervisor was gone: failed %s, stopped %s", report.failed, report.stopped)
+    for run_id in registry.ended_runs_with_live_processes():
+        run = registry.get_run(run_id)
+        if run is not None and _supervisor_gone(run, now):
+            _end_leftovers(registry, run, policy, f"left alive after the run {run.state}")
+            report.cleaned.append(run_id)
+    if report.failed or report.stopped or report.cleaned:
+        log.warning(
+            "reconciled runs whose supervisor was gone: failed %s, stopped %s, leftovers ended %s",
+            report.failed, report.stopped, report.cleaned,
+        )
     return report
 
 

@@ -16,6 +16,7 @@ from mcp_rl.supervisor import processes, service
 from mcp_rl.supervisor.registry import Registry, RunRecord
 from mcp_rl.supervisor.states import ProcState, RunState
 from mcp_rl.supervisor.supervisor import Policy
+from tests.supervisor.helpers import wait_for
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 
@@ -164,3 +165,36 @@ def test_stop_without_a_supervisor_ends_the_recorded_groups(tmp_path: Path, sett
     assert all(not processes.is_alive(i.pid, i.create_time) for i in procs.values())
     stopped = [e.subject for e in registry.events("r1") if e.state == "stopped" and e.subject != "run"]
     assert stopped == ["env", "trainer", "api"]
+
+
+STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
+
+
+def test_status_of_a_run_whose_supervisor_died_is_failed_at_once_and_cleanup_follows(
+    tmp_path: Path, settings: Settings, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_RL_TRAINER_STOP_GRACE", "3")
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
+    popen = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ))
+    wait_for(lambda: processes.identify(popen.pid), 5, "the stubborn trainer")
+    trainer = processes.identify(popen.pid)
+    registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
+    started = time.perf_counter()
+    status = service.run_status(settings, "r1")
+    assert time.perf_counter() - started < 0.5  # the 3 s grace is not waited for here
+    assert status.status == RunState.FAILED and "supervisor" in status.error
+    wait_for(lambda: popen.poll() is not None, 20, "the leftover trainer to be killed after its grace")
+
+
+def test_reconcile_ends_processes_left_alive_by_an_ended_run(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    _add_run(settings, registry, "r1", RunState.FAILED, supervisor=dead)
+    env = _sleeper(tmp_path, "env")
+    registry.set_process("r1", "env", state=ProcState.RUNNING, pid=env.pid, pgid=env.pgid, create_time=env.create_time)
+    report = service.reconcile(settings, Policy(stop_grace_s=2, trainer_stop_grace_s=2))
+    assert report.cleaned == ["r1"] and report.failed == []
+    assert not processes.is_alive(env.pid, env.create_time)
+    assert registry.ended_runs_with_live_processes() == []
