@@ -50,7 +50,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         local CPU backend (override with rl_edit_config('backend', ...)). Before starting: select
         an environment, review rl_get_current_config, and smoke-test with rl_test_inference.
         Then poll rl_check_status(run_id) (rarely: every 30 minutes or so) and stop early with
-        rl_stop_training(run_id).
+        rl_stop_training(run_id). Runs, their logs, metrics and checkpoints are kept on disk
+        (runs/<run_id> in the state directory) until deleted, so a run_id stays valid.
         """
         return await anyio.to_thread.run_sync(lambda: service.start_run(settings, environments()))
 
