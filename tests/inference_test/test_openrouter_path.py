@@ -90,16 +90,25 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
                 result = stored
             listing = json.loads((await client.read_resource("rl://tests")).contents[0].text)
             model_log = (await client.read_resource(stored["models_tested"][1]["resources"]["log"] + "?tail=3")).contents[0].text
+            good_links = stored["models_tested"][0]["resources"]
+            html = (await client.read_resource(good_links["html"])).contents[0].text
+            first_group = (await client.read_resource(good_links["jsonl"] + "?limit=1")).contents[0].text
         answer_text = "".join(getattr(c, "text", "") or "" for c in answer.content)
+        links = {str(c.uri) for c in answer.content if c.type == "resource_link"}
 
     assert result["state"] == "completed", result["message"]
     assert stored["summary"] == result["summary"] and stored["test_id"] == result["test_id"]
     assert [t["test_id"] for t in listing["tests"]] == [result["test_id"]]
     assert len(model_log.splitlines()) == 3
+    assert "<html" in html.lower()
+    assert len(first_group.splitlines()) == 1 and json.loads(first_group)["scores"] == result["models_tested"][0]["steps"][0]["scores"]
     by_model = {m["model"]: m for m in result["models_tested"]}
     assert list(by_model) == [GOOD, MALFORMED, FAILING]
 
     good = by_model[GOOD]
+    if answer.structured_content["state"] == "completed":
+        # Resource links to the test, and to the JSONL, HTML report and log of a finished model.
+        assert {result["resource"], good["resources"]["jsonl"], good["resources"]["html"], good["resources"]["log"]} <= links
     assert good["state"] == "succeeded", good["error"]
     # The fake answers right for even completion indices: the env's own scorer must find 2 of 4.
     assert good["total_completions"] == 8 and good["correct_completions"] == 4
