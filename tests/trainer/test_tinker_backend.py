@@ -135,3 +135,38 @@ async def _wait_registered(api_url: str, task: asyncio.Task) -> None:
                 return
             await asyncio.sleep(0.1)
     raise AssertionError("trainer did not register with the API in 60 s")
+
+
+@pytest.mark.anyio
+async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path, tokenizer, monkeypatch) -> None:
+    """W&B is optional: offline mode (no key, no network) records the trainer's metrics."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (tmp_path / "wandb").mkdir()
+    world = FakeTinkerWorld()
+    config = arithmetic_run_config(tmp_path / "run", Path(os.environ["MCP_RL_MODEL"]), num_steps=1, batch_size=2,
+                                   group_size=2, run_id="wandbrun")
+    trainer_settings = config.trainer.model_copy(update={
+        "backend": "tinker", "wandb": config.trainer.wandb.model_copy(update={"enabled": True, "project": "p"})})
+    config = config.model_copy(update={"trainer": trainer_settings})
+    api_url = f"http://127.0.0.1:{config.ports.api}"
+    api = start("api", [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
+                tmp_path / "api.log", child_env(tmp_path), tmp_path)
+    try:
+        wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+        trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(world, tokenizer))
+        task = asyncio.create_task(trainer.run())
+        await _wait_registered(api_url, task)
+        async with httpx.AsyncClient() as http:
+            (await http.post(f"{api_url}/scored_data", json=_group(tokenizer, [1.0, 0.0]))).raise_for_status()
+            assert (await http.get(f"{api_url}/wandb_info")).json()["group"] == "wandbrun"
+        assert await asyncio.wait_for(task, 120) == 0
+    finally:
+        api.stop()
+    runs = list((tmp_path / "wandb").rglob("run-*.wandb"))
+    assert len(runs) == 1, "no offline W&B run was written"
+    # The offline run file is W&B's protobuf log: the group, job type and metric keys are in it.
+    data = runs[0].read_bytes()
+    for needle in (b"wandbrun", b"trainer", b"reward/mean", b"train/loss", b"advantages/std", b"logprobs/diff"):
+        assert needle in data, needle
