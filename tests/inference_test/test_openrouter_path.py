@@ -144,3 +144,32 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
     assert all(total == 2 * 3 for _, total, _ in progress)
     if answer.structured_content["state"] == "completed":
         assert values[-1] == 6
+
+
+async def test_local_and_openrouter_models_together(home: Path) -> None:
+    """The local server loads while the OpenRouter model already runs; both are scored."""
+    with FakeOpenRouter() as fake:
+        settings = Settings(
+            home=home,
+            env_paths=ENV_PATHS,
+            model_path=Path(os.environ["MCP_RL_MODEL"]),
+            openrouter_api_key=SecretStr("sk-or-FAKE-mixed"),
+            openrouter_base_url=fake.base_url,
+        )
+        async with Client(build_server(settings)) as client:
+            assert not (await client.call_tool("rl_select_environment", {"name": ENV_NAME})).is_error
+            answer = await client.call_tool("rl_test_inference", {"num_steps": 1, "group_size": 2, "models": ["local", GOOD]})
+            assert not answer.is_error, answer.content
+            result = await read_until_done(client, answer.structured_content["resource"])
+    assert result["state"] == "completed", result["message"]
+    local, remote = result["models_tested"]
+    assert (local["model"], local["provider"], remote["model"], remote["provider"]) == ("local", "local", GOOD, "openrouter")
+    assert local["state"] == remote["state"] == "succeeded", (local["error"], remote["error"])
+    assert local["total_completions"] == remote["total_completions"] == 2
+    assert remote["accuracy"] == 0.5
+    # The remote model did not wait for the local server to load.
+    assert remote["started_at"] < local["started_at"]
+    # Each model wrote its own files under the test's folder (no `_1` renames of older output).
+    test_dir = home / "tests" / result["test_id"]
+    assert {Path(m["output_file"]) for m in (local, remote)} == {test_dir / "local" / "groups.jsonl", test_dir / "fake_good-model" / "groups.jsonl"}
+    assert not list(test_dir.rglob("groups_1.jsonl"))
