@@ -186,47 +186,68 @@ class LocalBackend(TrainingBackend):
             return self._forward_backward_locked(examples)
 
     def _forward_backward_locked(self, examples: list[TrainingExample]) -> ForwardBackwardResult:
+        """Sequences of one group share their prompt: it is run once per group and its KV cache
+        (which keeps the autograd graph) is shared by the group's completions. With short answers
+        to a long prompt this is most of the compute saved."""
+        shared: dict[tuple[int, ...], list[int]] = {}
+        for i, e in enumerate(examples):
+            first = e.trained.index(True) if any(e.trained) else len(e.trained)
+            shared.setdefault(tuple(e.input_tokens[:first]), []).append(i)
+        total = 0.0
+        training_logprobs: list[list[float]] = [[0.0] * len(e.input_tokens) for e in examples]
+        for prefix, members in shared.items():
+            loss, picked = self._group_loss(prefix, [examples[i] for i in members])
+            loss.backward()
+            total += float(loss.detach())
+            for i, values in zip(members, picked, strict=True):
+                training_logprobs[i] = values
+        return ForwardBackwardResult(loss=total, training_logprobs=training_logprobs)
+
+    def _group_loss(self, prefix: tuple[int, ...], group: list[TrainingExample]) -> tuple[Any, list[list[float]]]:
+        """Importance-sampling loss of sequences that all start with `prefix`."""
         torch = self._torch
+        k = len(prefix)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        width = max(len(e.input_tokens) for e in examples)
-        b = len(examples)
+        b = len(group)
+        width = max(len(e.input_tokens) for e in group) - k
         inputs = torch.full((b, width), pad, dtype=torch.long)
         targets = torch.zeros((b, width), dtype=torch.long)
-        attention = torch.zeros((b, width), dtype=torch.long)
+        attention = torch.zeros((b, k + width), dtype=torch.long)
+        attention[:, :k] = 1
         adv = torch.zeros((b, width), dtype=torch.float32)
         old = torch.zeros((b, width), dtype=torch.float32)
         has_old = torch.zeros((b, width), dtype=torch.bool)
-        for i, e in enumerate(examples):
-            n = len(e.input_tokens)
-            inputs[i, :n] = torch.tensor(e.input_tokens)
-            targets[i, :n] = torch.tensor(e.target_tokens)
-            attention[i, :n] = 1
-            adv[i, :n] = torch.tensor(e.advantages, dtype=torch.float32)
-            if e.sampling_logprobs is not None:
-                old[i, :n] = torch.tensor(e.sampling_logprobs, dtype=torch.float32)
-                has_old[i, :n] = True
-        inputs, targets, attention, adv, old, has_old = (
-            t.to(self.device) for t in (inputs, targets, attention, adv, old, has_old)
-        )
         trained = torch.zeros((b, width), dtype=torch.bool)
-        for i, e in enumerate(examples):
-            trained[i, : len(e.trained)] = torch.tensor(e.trained, dtype=torch.bool)
-        trained = trained.to(self.device)
-        # The vocabulary projection is most of the cost of a small model with a long prompt, and
-        # only completion positions need it: run the decoder, then project just those rows.
-        hidden = self._decoder(input_ids=inputs, attention_mask=attention).last_hidden_state
-        rows = hidden[trained]
-        logits = self.model.get_output_embeddings()(rows).float()
+        for i, e in enumerate(group):
+            n = len(e.input_tokens) - k
+            inputs[i, :n] = torch.tensor(e.input_tokens[k:])
+            targets[i, :n] = torch.tensor(e.target_tokens[k:])
+            attention[i, k : k + n] = 1
+            adv[i, :n] = torch.tensor(e.advantages[k:], dtype=torch.float32)
+            trained[i, :n] = torch.tensor(e.trained[k:], dtype=torch.bool)
+            if e.sampling_logprobs is not None:
+                old[i, :n] = torch.tensor(e.sampling_logprobs[k:], dtype=torch.float32)
+                has_old[i, :n] = True
+        inputs, targets, attention, adv, old, has_old, trained = (
+            t.to(self.device) for t in (inputs, targets, attention, adv, old, has_old, trained)
+        )
+        past = None
+        if k > 0:
+            past = self._decoder(input_ids=torch.tensor([prefix], device=self.device), use_cache=True).past_key_values
+            if b > 1:
+                past.batch_repeat_interleave(b)
+        hidden = self._decoder(input_ids=inputs, attention_mask=attention, past_key_values=past,
+                               use_cache=past is not None).last_hidden_state
+        # Only trained positions need the vocabulary projection (the costly part of a small model).
+        logits = self.model.get_output_embeddings()(hidden[trained]).float()
         picked = torch.log_softmax(logits, dim=-1).gather(1, targets[trained][:, None])[:, 0]
         # Without sampler logprobs the ratio is 1 with the on-policy gradient (plain REINFORCE).
         old_rows = torch.where(has_old[trained], old[trained], picked.detach())
-        ratio = torch.exp(picked - old_rows)
-        loss = -(ratio * adv[trained]).sum()
-        loss.backward()
+        loss = -(torch.exp(picked - old_rows) * adv[trained]).sum()
         logp = torch.zeros((b, width), dtype=torch.float32)
         logp[trained.cpu()] = picked.detach().cpu()
-        training_logprobs = [logp[i, : len(e.input_tokens)].tolist() for i, e in enumerate(examples)]
-        return ForwardBackwardResult(loss=float(loss.detach()), training_logprobs=training_logprobs)
+        values = [[0.0] * k + logp[i, : len(e.input_tokens) - k].tolist() for i, e in enumerate(group)]
+        return loss, values
 
     def _ensure_optimizer(self, params: AdamParams) -> Any:
         if self._optimizer is None:
