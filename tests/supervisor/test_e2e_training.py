@@ -191,3 +191,19 @@ async def test_two_runs_at_once_both_complete(home: Path) -> None:
         assert set(a["ports"].values()).isdisjoint(b["ports"].values())
     await wait_nothing_left(settings, first)
     await wait_nothing_left(settings, second_id)
+
+
+async def test_a_new_server_fails_a_run_whose_supervisor_died_and_ends_its_processes(home: Path) -> None:
+    settings = Settings.from_env(make_env(home))
+    async with Client(stdio_params(home)) as client:
+        run_id = await start_run(client, total_steps=200)
+        await wait_status(client, run_id, {"running"})
+    run = service.registry_for(settings).get_run(run_id)
+    os.kill(run.supervisor_pid, signal.SIGKILL)  # the supervisor alone; its processes live on
+    alive, _ports = run_leftovers(settings, run_id)
+    assert alive, "the run's processes should have outlived their supervisor"
+    async with Client(stdio_params(home)) as client:  # start-up reconciliation runs here
+        runs = await ok(client, "rl_list_runs")
+        assert runs["runs"][0]["status"] == "failed"
+        assert f"supervisor (pid {run.supervisor_pid}) died" in runs["runs"][0]["cause"]
+        await wait_nothing_left(settings, run_id, timeout=90)
