@@ -43,6 +43,7 @@ from mcp_rl.inference_test.models import (
     ModelResult,
     ModelSpec,
     TestSpec,
+    TestState,
     WorkerRecord,
 )
 from mcp_rl.runconfig import write_text_atomic
@@ -256,10 +257,10 @@ class TestWorker:
         self._last_write = 0.0
 
     # -- summary ---------------------------------------------------------------------------
-    def write_summary(self, state: str = "running", note: str | None = None) -> None:
+    def write_summary(self, state: TestState = "running", note: str | None = None) -> None:
         finished = time.time() if state != "running" else None
         result = report.build_result(
-            self.spec, [r.result for r in self.runs], self.dir, self.started_at, state, finished, note  # type: ignore[arg-type]
+            self.spec, [r.result for r in self.runs], self.dir, self.started_at, state, finished, note
         )
         result.dump(self.dir / SUMMARY_FILE)
         self._last_write = time.monotonic()
@@ -332,13 +333,13 @@ class TestWorker:
             pass
 
     # -- the loop --------------------------------------------------------------------------
-    def run(self) -> str:
+    def run(self) -> TestState:
         """Run every model; returns the test's final state."""
         self.write_summary()
         local: LocalServer | None = None
         pending = list(self.runs)
         running: list[ModelRun] = []
-        final_state = "completed"
+        final_state: TestState = "completed"
         note: str | None = None
         try:
             try:
