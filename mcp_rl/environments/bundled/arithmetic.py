@@ -114,7 +114,9 @@ class ArithmeticEnv(BaseEnv):
         tokenizer = default_tokenizer()
         env_config = ArithmeticEnvConfig(
             tokenizer_name=tokenizer,
-            group_size=8,
+            # 4 answers per problem, 4 problems per 16-sequence batch: measured on the default
+            # model, more problems per step learn faster and steadier than larger groups.
+            group_size=4,
             use_wandb=False,
             rollout_server_url="http://127.0.0.1:8000",
             total_steps=30,
