@@ -242,6 +242,7 @@ class GemEnv(BaseEnv):
         self._wrappers: list[Any] = []
         self._dataset: Any = None
         self._next_seed = config.seed
+        self._groups_started = 0
         self._rng = random.Random(config.seed)
         self._counters = Counters()
         self._eval_metrics: dict[str, float] = {}
@@ -300,10 +301,10 @@ class GemEnv(BaseEnv):
         return self._pool.pop() if self._pool else self._make()
 
     async def get_next_item(self) -> int:
-        """Items are episode seeds; a group plays as many episodes as it needs from there."""
-        seed = self._next_seed
-        self._next_seed += 10_000
-        return seed
+        """Items only number the groups: a group plays as many episodes as it needs, each with
+        the next unused seed (`seed`, `seed + 1`, ...), so no two episodes of a run repeat."""
+        self._groups_started += 1
+        return self._groups_started
 
     # --- sampling -------------------------------------------------------------------------
     def _token_server(self) -> bool:
@@ -455,7 +456,6 @@ class GemEnv(BaseEnv):
 
     # --- groups -----------------------------------------------------------------------------
     async def collect_trajectories(self, item: int) -> tuple[ScoredDataGroup | None, list[Any]]:
-        self._next_seed = max(self._next_seed, int(item))
         if getattr(self, "process_mode", False):
             return await self._episode_group(), []
         return await self._transition_group(), []
