@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     env_args = _absolute_paths(ns.args)
     start_when = ns.start_when.resolve() if ns.start_when else None
     cls = load_env_class(env_file, ns.class_name, project_root)
+    if start_when is not None:
+        _prewarm(env_args)
     if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):
         print(f"gave up waiting for {start_when} after {START_WHEN_TIMEOUT_S:g} s", file=sys.stderr)
         return 1
@@ -68,6 +70,24 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [str(env_file), ns.mode, *env_args]
     cls.cli()  # run_and_exit: raises SystemExit with the environment's exit code
     return 0
+
+
+def _prewarm(env_args: list[str]) -> None:
+    """Load the run's tokenizer once while held: every Atropos environment does so first when it
+    starts, and transformers imports most of itself lazily on that first load (seconds)."""
+    config = next((env_args[i + 1] for i, a in enumerate(env_args[:-1]) if a == "--config"), None)
+    if config is None:
+        return
+    try:
+        import yaml
+        from transformers import AutoTokenizer
+
+        with open(config, encoding="utf-8") as fh:
+            name = (yaml.safe_load(fh).get("env") or {}).get("tokenizer_name")
+        if name:
+            AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # only a head start: the environment reports real problems itself
+        print(f"prewarm skipped: {exc!r}", file=sys.stderr)
 
 
 def _wait_for(path: Path, timeout_s: float) -> bool:
