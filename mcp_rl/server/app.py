@@ -63,23 +63,9 @@ def build_server(settings: Settings | None = None) -> MCPServer:
 
     mcp = MCPServer("mcp-rl", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, subscriptions=bus)
 
-    # Each module owns one area of the surface. Imported here, not at the top, so that a
-    # module's failure to import names itself in the traceback.
-    from mcp_rl.server import environment_tools
+    # Each module owns one area of the surface and closes over `state`.
+    from mcp_rl.server import environment_tools, inference_tools, results_tools, training_tools
 
-    environment_tools.register(mcp, state)
-    for module_name in ("training_tools", "inference_tools", "results_tools"):
-        _register_optional(module_name, mcp, state)
+    for module in (environment_tools, training_tools, inference_tools, results_tools):
+        module.register(mcp, state)
     return mcp
-
-
-def _register_optional(module_name: str, mcp: MCPServer, state: AppState) -> None:
-    import importlib
-
-    try:
-        module = importlib.import_module(f"mcp_rl.server.{module_name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"mcp_rl.server.{module_name}":
-            raise
-        return
-    module.register(mcp, state)
