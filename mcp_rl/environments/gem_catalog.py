@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_rl.environments.child import run_json_child
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import Settings, bundled_environments_dir
@@ -140,32 +138,13 @@ def load_catalog(settings: Settings) -> GemCatalog:
 
 
 def _run_child(settings: Settings) -> dict[str, Any]:
-    import json
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mcp_rl.environments.gem_catalog_child"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=settings.child_env(),
-        start_new_session=True,  # a deadline ends the whole group
+    data = run_json_child(
+        settings,
+        "mcp_rl.environments.gem_catalog_child",
+        [],
+        doing="Listing the GEM environments (importing gem)",
+        timeout_hint="Check the gem-llm install",
     )
-    try:
-        out, err = proc.communicate(timeout=settings.introspect_timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise UserError(
-            f"Listing the GEM environments took longer than {settings.introspect_timeout_s:.0f} s "
-            "(importing gem). Raise MCP_RL_INTROSPECT_TIMEOUT or check the gem-llm install."
-        ) from None
-    if proc.returncode != 0:
-        tail = err.decode("utf-8", "replace").strip().splitlines()[-10:]
-        raise UserError(f"Could not import gem to list its environments (exit {proc.returncode}):\n" + "\n".join(tail))
-    try:
-        data = json.loads(out)
-    except ValueError as exc:
-        raise UserError(f"The GEM listing printed something unexpected: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise UserError("The GEM listing is malformed.")
     return data

@@ -12,13 +12,11 @@ modules pull in `datasets` or docker clients).
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib.util
 import json
-import os
-import sys
-import traceback
 from typing import Any
+
+from mcp_rl.environments.child import child_main
 
 # Entry-point modules that load a Hugging Face dataset (`dataset_name`) when made.
 _DATASET_KWARG = "dataset_name"
@@ -98,17 +96,7 @@ def catalog() -> dict[str, Any]:
 
 
 def main() -> int:
-    real_stdout = os.dup(1)
-    os.dup2(2, 1)  # whatever gem or its dependencies print goes to stderr
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            result = catalog()
-    except Exception:
-        traceback.print_exc()
-        return 1
-    with os.fdopen(real_stdout, "w") as out:
-        json.dump(result, out)
-    return 0
+    return child_main(catalog)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,13 @@ caches it by the file's content hash, so a second select is instant and an edite
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_rl.environments.child import run_json_child
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import write_text_atomic
@@ -91,40 +88,15 @@ def read_config_spec(settings: Settings, env: EnvironmentInfo) -> ConfigSpec:
 
 
 def _run_child(settings: Settings, env: EnvironmentInfo) -> ConfigSpec:
-    cmd = [
-        sys.executable,
-        "-m",
+    data = run_json_child(
+        settings,
         "mcp_rl.environments.introspect_child",
-        str(env.file_path),
-        env.class_name,
-        str(env.project_root),
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=settings.child_env(),
+        [str(env.file_path), env.class_name, str(env.project_root)],
+        doing=f"Reading the config of {env.name!r} (importing {env.file_path})",
+        timeout_hint="Check that the module imports quickly",
         cwd=env.project_root,
-        start_new_session=True,  # so a deadline can end the whole group, grandchildren too
     )
     try:
-        out, err = proc.communicate(timeout=settings.introspect_timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise UserError(
-            f"Reading the config of {env.name!r} took longer than {settings.introspect_timeout_s:.0f} s "
-            f"(importing {env.file_path}). Check that the module imports quickly, or raise "
-            "MCP_RL_INTROSPECT_TIMEOUT."
-        ) from None
-    if proc.returncode != 0:
-        tail = err.decode("utf-8", "replace").strip().splitlines()[-15:]
-        raise UserError(
-            f"Could not import environment {env.name!r} from {env.file_path} "
-            f"(exit {proc.returncode}). Last lines:\n" + "\n".join(tail)
-        )
-    try:
-        return ConfigSpec.model_validate_json(out)
+        return ConfigSpec.model_validate(data)
     except ValueError as exc:
-        raise UserError(f"Environment {env.name!r} printed something unexpected while importing: {exc}") from exc
+        raise UserError(f"Environment {env.name!r} gave an unexpected config description: {exc}") from exc

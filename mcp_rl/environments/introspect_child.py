@@ -8,13 +8,12 @@ JSON document is the only thing written to it, at the end.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
+
+from mcp_rl.environments.child import child_main
 
 
 def _type_name(annotation: Any) -> str:
@@ -87,17 +86,7 @@ def introspect(file_path: Path, class_name: str, project_root: Path) -> dict[str
 
 def main(argv: list[str]) -> int:
     file_path, class_name, project_root = Path(argv[0]), argv[1], Path(argv[2])
-    real_stdout = os.dup(1)
-    os.dup2(2, 1)  # anything the environment prints goes to stderr
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            result = introspect(file_path, class_name, project_root)
-    except Exception:
-        traceback.print_exc()
-        return 1
-    with os.fdopen(real_stdout, "w") as out:
-        json.dump(result, out)
-    return 0
+    return child_main(lambda: introspect(file_path, class_name, project_root))
 
 
 if __name__ == "__main__":
