@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = build_specs(config, config_path, settings, policy)
     except Exception as exc:
         registry.transition(run_id, RunState.FAILED, f"supervisor could not prepare the run: {exc!r}")
-        registry.transition(run_id, RunState.STOPPED, "stopped on request")
+        # Nothing was started; a run already being stopped simply ends stopped.
+        registry.transition(run_id, RunState.STOPPED, "stopped on request; nothing had started")
         raise
     supervisor = RunSupervisor(
         run_id=run_id,
