@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from mcp_rl.errors import McpRlError
+from mcp_rl.errors import McpRlError, NotFound
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -43,6 +43,13 @@ def _runs(args: argparse.Namespace) -> int:
     from mcp_rl.settings import Settings
 
     settings = Settings.from_env()
+    try:
+        return _runs_command(args, settings, runs_cli)
+    except NotFound as exc:
+        raise NotFound(f"{exc} From a shell: `mcp-rl runs list` (state directory {settings.home}).") from exc
+
+
+def _runs_command(args: argparse.Namespace, settings, runs_cli) -> int:
     if args.runs_command == "list":
         return runs_cli.cmd_list(settings, args.json)
     if args.runs_command == "status":
