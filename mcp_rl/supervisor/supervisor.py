@@ -251,9 +251,18 @@ class RunSupervisor:
             return Verdict(
                 RunState.FAILED,
                 f"{name} (pid {running.popen.pid}) {what}{during}: {processes.exit_description(code)}."
+                + (self._trainer_error() if name == "trainer" else "")
                 + self._log_tail(running.spec),
             )
         return None
+
+    def _trainer_error(self) -> str:
+        """What the trainer recorded about its failure, and where to look when it starved."""
+        status = read_json(self.trainer_status_path) or {}
+        text = f" Trainer error: {status['error']}" if status.get("error") else ""
+        if status.get("phase") == "waiting_for_batch":
+            text += " It was waiting for a batch: check the environment's log (env.log) too."
+        return text
 
     def _trainer_verdict(self) -> Verdict:
         """The trainer exited 0: completed only if its status says it finished its last step."""

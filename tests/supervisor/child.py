@@ -35,7 +35,7 @@ class Ok(BaseHTTPRequestHandler):
 
 def write_status(path: Path, phase: str, step: int) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"phase": phase, "step": step, "num_steps": 2, "heartbeat": time.time(), "pid": os.getpid(), "error": None}))
+    tmp.write_text(json.dumps({"phase": phase, "step": step, "num_steps": 2, "heartbeat": time.time(), "pid": os.getpid(), "error": "step 2 raised: boom" if phase == "failed" else None}))
     os.replace(tmp, path)
 
 

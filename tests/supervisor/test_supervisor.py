@@ -161,7 +161,16 @@ def test_trainer_error_exit_is_reported_with_its_code(tmp_path: Path) -> None:
     h.wait_state(RunState.RUNNING)
     h.done.write_text("x")
     assert h.join() == RunState.FAILED
-    assert "trainer" in h.registry.get_run("r1").cause and "exit code 3" in h.registry.get_run("r1").cause
+    cause = h.registry.get_run("r1").cause
+    assert "trainer" in cause and "exit code 3" in cause and "Trainer error: step 2 raised: boom" in cause
+
+
+def test_a_trainer_that_starved_waiting_for_batches_points_at_the_environment(tmp_path: Path) -> None:
+    h = Harness(tmp_path, exit_code=1, phase_at_exit="waiting_for_batch").start()
+    h.wait_state(RunState.RUNNING)
+    h.done.write_text("x")
+    assert h.join() == RunState.FAILED
+    assert "waiting for a batch: check the environment's log" in h.registry.get_run("r1").cause
 
 
 def test_silent_trainer_fails_past_the_heartbeat_deadline(tmp_path: Path) -> None:
