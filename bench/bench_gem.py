@@ -83,7 +83,10 @@ async def run(args: argparse.Namespace) -> int:
         "gamma": 0.9,
         "batch_normalize": True,
         "save_checkpoint_interval": 0,
+        "temperature": args.temperature,
     }
+    if args.env_kwargs:
+        edits["env_kwargs"] = json.loads(args.env_kwargs)
     started_at = time.monotonic()
     async with Client(server_params(home)) as client:
         await call(client, "rl_select_environment", {"name": GEM_ID})
@@ -151,6 +154,8 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--env-kwargs", default=None, help='JSON for gem.make, e.g. \'{"max_turns": 6}\'')
     parser.add_argument("--home", default=None, help="state dir (default: a fresh temporary one)")
     return anyio.run(run, parser.parse_args())
 
