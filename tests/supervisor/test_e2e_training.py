@@ -124,7 +124,8 @@ async def test_a_short_run_reaches_running_then_completes_with_metrics(home: Pat
 
 async def test_stopping_a_running_run_leaves_no_process_or_port(home: Path) -> None:
     settings = Settings.from_env(make_env(home))
-    async with Client(stdio_params(home)) as client:
+    # The 2025-11-25 protocol, as today's hosts (Hermes) speak it; the other tests use 2026-07-28.
+    async with Client(stdio_params(home), mode="legacy") as client:
         run_id = await start_run(client, total_steps=200)
         await wait_status(client, run_id, {"running"})
         stopped = await ok(client, "rl_stop_training", {"run_id": run_id})
