@@ -13,8 +13,8 @@ from typing import Annotated
 
 import anyio
 from mcp.server import MCPServer
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 
 from mcp_rl.server.app import AppState
 from mcp_rl.server.errors import resource_errors, tool_errors
@@ -30,6 +30,21 @@ STOP = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_h
 RunId = Annotated[str, Field(description="The run_id returned by rl_start_training (see rl_list_runs).")]
 
 
+def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallToolResult:
+    """The model as JSON (also as structured content), plus links the agent can read next."""
+    links = [
+        ResourceLink(type="resource_link", uri=f"rl://runs/{run_id}", name=f"run {run_id}",
+                     description="Full status of the run", mime_type="application/json"),
+        *(
+            ResourceLink(type="resource_link", uri=uri, name=f"{name} log",
+                         description=f"Tail of the {name} log (?tail=N for more)", mime_type="text/plain")
+            for name, uri in logs.items()
+        ),
+    ]
+    data = model.model_dump(mode="json")
+    return CallToolResult(content=[TextContent(type="text", text=model.model_dump_json()), *links], structured_content=data)
+
+
 def register(mcp: MCPServer, state: AppState) -> None:
     settings = state.settings
 
@@ -41,7 +56,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.tool(annotations=START)
     @tool_errors
-    async def rl_start_training() -> RunStarted:
+    async def rl_start_training() -> Annotated[CallToolResult, RunStarted]:
         """Start a training run with the selected environment and current config.
 
         WARNING: Training takes hours. The run starts in the background and this returns at once
@@ -53,11 +68,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
         rl_stop_training(run_id). Runs, their logs, metrics and checkpoints are kept on disk
         (runs/<run_id> in the state directory) until deleted, so a run_id stays valid.
         """
-        return await anyio.to_thread.run_sync(lambda: service.start_run(settings, environments()))
+        started = await anyio.to_thread.run_sync(lambda: service.start_run(settings, environments()))
+        return _with_links(started, started.run_id, started.logs)
 
     @mcp.tool(annotations=READ_ONLY)
     @tool_errors
-    async def rl_check_status(run_id: RunId) -> RunStatus:
+    async def rl_check_status(run_id: RunId) -> Annotated[CallToolResult, RunStatus]:
         """Check a training run: state, per-process status, running time, latest metrics
         (step, reward mean, loss), W&B link, log resources, and the cause if it failed.
 
@@ -65,9 +81,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         run that is still going are rate-limited (rate_limited=true with next_check_in_seconds;
         the state is still given); a run that has ended is always reported at once.
         """
-        return await anyio.to_thread.run_sync(
+        status = await anyio.to_thread.run_sync(
             lambda: service.run_status(settings, run_id, min_interval_s=settings.status_min_interval_s)
         )
+        return _with_links(status, status.run_id, status.logs)
 
     @mcp.tool(annotations=STOP)
     @tool_errors

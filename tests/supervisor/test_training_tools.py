@@ -78,7 +78,11 @@ async def test_unknown_run_ids_are_tool_errors_pointing_to_rl_list_runs(settings
 async def test_status_list_and_resources_of_a_recorded_run(settings, mode):
     _completed_run(settings)
     async with Client(build_server(settings), mode=mode) as client:
-        status = (await client.call_tool("rl_check_status", {"run_id": "abc12345"})).structured_content
+        result = await client.call_tool("rl_check_status", {"run_id": "abc12345"})
+        status = result.structured_content
+        assert json.loads(result.content[0].text)["status"] == "completed"
+        links = [c.uri for c in result.content[1:]]
+        assert "rl://runs/abc12345" in links and "rl://runs/abc12345/logs/trainer" in links
         assert status["status"] == "completed" and status["metrics"]["step"] == 3
         assert status["metrics"]["reward_mean"] == pytest.approx(0.3) and status["running_time_minutes"] >= 2
         assert status["logs"]["trainer"] == "rl://runs/abc12345/logs/trainer"
