@@ -271,6 +271,8 @@ class Trainer:
         name = step_name(step)
         state = self.backend.save_state(name)
         self.recorder.checkpoint(step, "state", state, final=final)
+        # resume_state always names the newest resumable checkpoint.
+        self.recorder.update(resume_state=state)
         self.last_state_step = step
         weights = self.backend.save_sampler_weights(name)
         # A periodic save of weights the step already recorded would only repeat a line; the

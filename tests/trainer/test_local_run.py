@@ -56,6 +56,9 @@ def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path
         run.start_all()
         wait_until(lambda: len(run.metrics()) >= 1, 300, "the first training step",
                    [run.procs["trainer"], run.procs["api"]])
+        # The heartbeat keeps coming between steps too (the supervisor detects hangs from it).
+        seen = run.status()["heartbeat"]
+        wait_until(lambda: run.status().get("heartbeat", 0) > seen, 5, "a fresh heartbeat", [run.procs["trainer"]])
         run.procs["api"].signal_group(signal.SIGKILL)
         code = run.wait_trainer_exit(120)
         status = run.status()
@@ -78,6 +81,7 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
         stopped = run.status()
         steps_before = [m["step"] for m in run.metrics()]
     assert stopped["phase"] == "stopped"
+    assert stopped["final_weights"] and Path(stopped["final_weights"]).is_dir()
     last = steps_before[-1]
     assert 1 <= last < 4
     state = [c for c in run.checkpoints() if c["kind"] == "state"][-1]
@@ -92,7 +96,8 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
         steps = [m["step"] for m in run.metrics()]
         log = run.log("trainer").read_text()
     assert steps == steps_before + list(range(last + 1, 5))
-    assert status["phase"] == "done" and status["resume_state"] == state["path"]
+    assert status["phase"] == "done" and status["step"] == 4
+    assert status["resume_state"] == [c for c in run.checkpoints() if c["kind"] == "state"][-1]["path"]
     assert f"resuming from {state['path']} (step {last})" in log
     assert f"starting_step={last}" in log
 
