@@ -170,3 +170,9 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path
     data = runs[0].read_bytes()
     for needle in (b"wandbrun", b"trainer", b"reward/mean", b"train/loss", b"advantages/std", b"logprobs/diff"):
         assert needle in data, needle
+
+
+def test_a_tokenizer_that_is_not_local_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="never downloads one at run time"):
+        load_tokenizer("example-org/no-such-model-on-this-machine")

@@ -33,11 +33,18 @@ LOSS_FN = "importance_sampling"
 
 
 def load_tokenizer(name_or_path: str) -> Any:
-    """A tokenizer from a local folder (offline); the hub is tried only if the caller allows it
-    (HF_HUB_OFFLINE unset), since a Tinker model name is a hub id."""
+    """The model's tokenizer: a local folder, or a hub id when hub access is allowed (a Tinker
+    model name is a hub id; with HF_HUB_OFFLINE=1 it must already be in the local HF cache)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as exc:
+        raise RuntimeError(
+            f"no tokenizer for {name_or_path!r} on this machine ({exc.__class__.__name__}); the trainer never "
+            "downloads one at run time: set trainer.tokenizer_path to a local tokenizer folder, or put the "
+            "tokenizer in the Hugging Face cache beforehand"
+        ) from exc
 
 
 class TinkerBackend(TrainingBackend):
