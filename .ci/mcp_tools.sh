@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI: the MCP Inspector CLI against `mcp-rl serve` over stdio (both protocol eras), then the MCP
+# CI: the MCP Inspector CLI against `mcp-rl serve` over stdio (both protocol eras) and over HTTP
+# with a bearer token, then the MCP
 # conformance harness against `mcp-rl serve --transport http` (both eras), with the expected
 # failures in .ci/conformance-baseline.yml. Exits non-zero on any unexpected result.
 #
@@ -20,12 +21,14 @@ CONFORMANCE="$ROOT/node_modules/.bin/conformance"
 WORK=$(mktemp -d)
 export MCP_RL_HOME="$WORK/home"
 export HF_HUB_OFFLINE=1
-SERVER_PID=
+SERVER_PIDS=
 cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
+    for pid in $SERVER_PIDS; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -88,12 +91,15 @@ for era in legacy modern; do
         -- "${TARGET[@]}" --method tools/call --tool-name rl_edit_config --tool-args-json '{"field": 3}'
 done
 
-echo "MCP conformance harness over streamable HTTP"
-PORT=$("$PY" -c "from mcp_rl.supervisor.ports import allocate_ports; print(allocate_ports(1)[0])")
-"$PY" -m mcp_rl serve --transport http --host 127.0.0.1 --port "$PORT" >"$WORK/server.log" 2>&1 </dev/null &
-SERVER_PID=$!
-# Readiness: the port accepts connections (deadline 60 s), or the server died.
-"$PY" - "$PORT" "$SERVER_PID" <<'EOF'
+# start_http PORT [TOKEN]: `mcp-rl serve --transport http` in the background, ready when the port
+# accepts connections (deadline 60 s). Its pid is added to SERVER_PIDS for the clean-up.
+start_http() {
+    local port=$1 token=${2:-}
+    MCP_RL_TOKEN="$token" "$PY" -m mcp_rl serve --transport http --host 127.0.0.1 --port "$port" \
+        >"$WORK/server-$port.log" 2>&1 </dev/null &
+    local pid=$!
+    SERVER_PIDS="$SERVER_PIDS $pid"
+    "$PY" - "$port" "$pid" <<'EOF'
 import os, socket, sys, time
 port, pid = int(sys.argv[1]), int(sys.argv[2])
 deadline = time.monotonic() + 60
@@ -110,6 +116,27 @@ while True:
             sys.exit(f"mcp-rl serve --transport http not listening on {port} after 60 s")
         time.sleep(0.1)
 EOF
+}
+free_port() { "$PY" -c "from mcp_rl.supervisor.ports import allocate_ports; print(allocate_ports(1)[0])"; }
+
+echo "MCP Inspector CLI over streamable HTTP with a bearer token"
+TOKEN=$("$PY" -c "import secrets; print(secrets.token_urlsafe(24))")
+TOKEN_PORT=$(free_port)
+start_http "$TOKEN_PORT" "$TOKEN"
+TOKEN_URL="http://127.0.0.1:$TOKEN_PORT/mcp"
+# Exit 3 = authentication required/refused.
+expect 3 "tools/list without a token is refused" "" -- "$TOKEN_URL" --transport http --method tools/list
+expect 3 "tools/list with a wrong token is refused" "" \
+    -- "$TOKEN_URL" --transport http --header "Authorization: Bearer wrong-$TOKEN" --method tools/list
+expect 0 "tools/list with the token" "$ENV_TOOLS <= {t['name'] for t in out['result']['tools']}" \
+    -- "$TOKEN_URL" --transport http --header "Authorization: Bearer $TOKEN" --method tools/list
+expect 0 "tools/call rl_list_environments with the token" "not out['result'].get('isError')" \
+    -- "$TOKEN_URL" --transport http --header "Authorization: Bearer $TOKEN" --method tools/call --tool-name rl_list_environments
+if grep -qF "$TOKEN" "$WORK/server-$TOKEN_PORT.log"; then bad "the token appears in the server log"; else ok "the token is not in the server log"; fi
+
+echo "MCP conformance harness over streamable HTTP"
+PORT=$(free_port)
+start_http "$PORT"
 URL="http://localhost:$PORT/mcp"
 
 # The scenarios that apply to an application server (the rest drive the reference server's
@@ -134,7 +161,7 @@ done
 
 if [ "$failed" -ne 0 ]; then
     echo "--- server log (tail)"
-    tail -30 "$WORK/server.log"
+    tail -30 "$WORK/server-$PORT.log"
     echo "MCP Inspector + conformance: $failed of $((passed + failed)) checks FAILED"
     exit 1
 fi
