@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # CI: the MCP Inspector CLI against `mcp-rl serve` over stdio (both protocol eras) and over HTTP
-# with a bearer token, then the MCP
-# conformance harness against `mcp-rl serve --transport http` (both eras), with the expected
-# failures in .ci/conformance-baseline.yml. Exits non-zero on any unexpected result.
+# with a bearer token, then the MCP conformance harness against `mcp-rl serve --transport http`
+# (both eras), with the expected failures in .ci/conformance-baseline.yml. Exits non-zero on any unexpected result.
 #
 # Needs .venv (scripts/bootstrap) and npm; the npm tools are pinned in package-lock.json.
 # MCP_RL_PYTHON overrides the Python that runs the server (default .venv/bin/python).
