@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=options["learning_rate"])
     parser.add_argument("--lora-rank", type=int, default=options["lora_rank"])
     parser.add_argument("--offpolicy", type=int, default=1, help="env.max_batches_offpolicy")
+    parser.add_argument("--workers", type=int, default=4, help="env.max_num_workers")
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
     args = parser.parse_args()
 
@@ -48,11 +49,12 @@ def main() -> int:
     config = arithmetic_run_config(
         work / "run", model_dir, num_steps=args.steps, batch_size=args.batch_size, group_size=args.group_size,
         learning_rate=args.lr, lora_rank=args.lora_rank, max_batches_offpolicy=args.offpolicy,
+        max_num_workers=args.workers,
         save_checkpoint_interval=options.get("save_checkpoint_interval", 0), run_id="bench",
     )
     print(f"bench: arithmetic, local backend, model {model_dir.name}, {args.steps} steps, batch {args.batch_size} "
           f"(groups of {args.group_size}), LoRA rank {args.lora_rank}, lr {args.lr:g}, "
-          f"max_batches_offpolicy {args.offpolicy}", flush=True)
+          f"max_batches_offpolicy {args.offpolicy}, max_num_workers {args.workers}", flush=True)
     started = time.monotonic()
     try:
         with LocalRun(config, settings.home) as run:
