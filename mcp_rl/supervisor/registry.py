@@ -14,11 +14,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, ProcState, RunState
+
+if TYPE_CHECKING:
+    from mcp_rl.settings import Settings
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -300,3 +303,9 @@ def _event(db: sqlite3.Connection, run_id: str, subject: str, state: str, cause:
         "INSERT INTO run_events (run_id, time, subject, state, cause) VALUES (?, ?, ?, ?, ?)",
         (run_id, when, subject, str(state), cause),
     )
+
+
+def registry_for(settings: Settings) -> Registry:
+    """The registry of a state directory (created on first use)."""
+    settings.ensure_home()
+    return Registry(settings.state_db)

@@ -24,7 +24,6 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import processes
 from mcp_rl.supervisor.models import (
     ProcessStatus,
-    ReconcileReport,
     RunList,
     RunMetrics,
     RunStarted,
@@ -34,9 +33,9 @@ from mcp_rl.supervisor.models import (
     log_uri,
 )
 from mcp_rl.supervisor.ports import port_is_free
-from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord
+from mcp_rl.supervisor.reconcile import end_leftovers, reconcile, refresh
+from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import (
-    ACTIVE_STATES,
     LOG_NAMES,
     PROCESS_NAMES,
     TERMINAL_STATES,
@@ -51,17 +50,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "list_runs", "read_config", "read_log", "read_metrics", "reconcile", "registry_for",
+    "run_status", "start_run", "stop_run",
+]
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# A run row may exist a moment before its supervisor's pid is recorded.
-_LAUNCH_WINDOW_S = 60.0
 DEFAULT_LOG_TAIL = 200
 MAX_LOG_TAIL = 5000
 DEFAULT_METRICS_TAIL = 100
-
-
-def registry_for(settings: Settings) -> Registry:
-    settings.ensure_home()
-    return Registry(settings.state_db)
 
 
 def _get_run(registry: Registry, run_id: str) -> RunRecord:
@@ -187,7 +184,7 @@ def run_status(settings: Settings, run_id: str, min_interval_s: float = 0.0) -> 
     """The state of one run from local state. With `min_interval_s`, repeated checks of a run
     still going get a short answer (state only) until the interval has passed."""
     registry = registry_for(settings)
-    run = _refresh(registry, _get_run(registry, run_id), settings)
+    run = refresh(registry, _get_run(registry, run_id), settings)
     now = time.time()
     if min_interval_s > 0:
         last = registry.last_check(run.run_id)
@@ -310,7 +307,7 @@ def list_runs(settings: Settings) -> RunList:
     now = time.time()
     summaries = []
     for run in registry.list_runs():
-        run = _refresh(registry, run, settings)
+        run = refresh(registry, run, settings)
         latest = last_json_line(Path(run.run_dir) / "metrics.jsonl") or {}
         step = latest.get("step")
         summaries.append(
@@ -366,7 +363,7 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
             if not processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
                 break
             time.sleep(0.1)  # polling the registry for the supervisor's final transition
-    _end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
+    end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
     registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no process left")
     final = _get_run(registry, run_id)
     left = [p.pid for p in registry.processes(run.run_id) if p.pid and processes.is_alive(p.pid, p.create_time)]
@@ -379,97 +376,6 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
     return StopResult(
         run_id=run.run_id, status=final.state, was_running=True, message=message, processes_left=left, ports_in_use=ports
     )
-
-
-def _end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str) -> None:
-    """End the process groups of a run whose supervisor is gone: env, trainer, API, then the
-    supervisor's own group in case it is wedged."""
-    by_name = {p.name: p for p in registry.processes(run.run_id)}
-    for name in reversed(PROCESS_NAMES):
-        proc = by_name.get(name)
-        if proc is None or not proc.pid:
-            continue
-        if proc.state in (ProcState.STARTING, ProcState.RUNNING) or processes.is_alive(proc.pid, proc.create_time):
-            code = processes.stop_group(proc.pid, proc.pgid, proc.create_time, policy.grace_for(name))
-            registry.set_process(run.run_id, name, cause=cause, state=ProcState.STOPPED, exit_code=code, ended_at=time.time())
-    if run.supervisor_pid and processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
-        processes.stop_group(run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, policy.stop_grace_s)
-
-
-# --- reconciliation ------------------------------------------------------------------------
-def _supervisor_gone(run: RunRecord, now: float) -> bool:
-    if run.supervisor_pid is None:
-        return now - run.created_at > _LAUNCH_WINDOW_S
-    return not processes.is_alive(run.supervisor_pid, run.supervisor_create_time)
-
-
-def _refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord:
-    """An active run whose supervisor is gone is ended now, never reported as running.
-
-    Only the state change happens here (status calls must stay fast); its leftover processes
-    are ended in the background, and by the next reconciliation if this process dies first.
-    """
-    if run.state not in ACTIVE_STATES or not _supervisor_gone(run, time.time()):
-        return run
-    _reconcile_run(registry, run, Policy.from_env(), background=True)
-    return registry.get_run(run.run_id) or run
-
-
-def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, background: bool = False) -> RunState:
-    # The supervisor may have recorded the end just before exiting.
-    current = registry.get_run(run.run_id)
-    if current is None or current.state not in ACTIVE_STATES:
-        return current.state if current else run.state
-    if current.state == RunState.STOPPING:
-        final, why = RunState.STOPPED, "stopped on request (supervisor gone)"
-        registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
-    else:
-        pid = current.supervisor_pid
-        final, why = RunState.FAILED, "stopped because the supervisor died"
-        cause = (
-            f"the run supervisor (pid {pid}) died while the run was {current.state}; its remaining "
-            f"processes were ended. Check rl://runs/{run.run_id}/logs/supervisor."
-            if pid
-            else "the run supervisor never started (the server that launched it stopped first)"
-        )
-        registry.transition(run.run_id, RunState.FAILED, cause)
-    if background:
-        threading.Thread(
-            target=_end_leftovers, args=(registry, current, policy, why), name=f"end-{run.run_id}", daemon=True
-        ).start()
-    else:
-        _end_leftovers(registry, current, policy, why)
-    return final
-
-
-def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileReport:
-    """Find active runs whose supervisor died: mark them failed (or stopped, if a stop was
-    requested) and end their leftover process groups; also end processes still alive of runs
-    that ended without their supervisor cleaning up. Cheap when nothing is wrong."""
-    policy = policy or Policy.from_env()
-    registry = registry_for(settings)
-    active = registry.list_runs(ACTIVE_STATES)
-    report = ReconcileReport(checked=len(active))
-    now = time.time()
-    for run in active:
-        if not _supervisor_gone(run, now):
-            continue
-        final = _reconcile_run(registry, run, policy)
-        if final == RunState.FAILED:
-            report.failed.append(run.run_id)
-        elif final == RunState.STOPPED:
-            report.stopped.append(run.run_id)
-    for run_id in registry.ended_runs_with_live_processes():
-        run = registry.get_run(run_id)
-        if run is not None and _supervisor_gone(run, now):
-            _end_leftovers(registry, run, policy, f"left alive after the run {run.state}")
-            report.cleaned.append(run_id)
-    if report.failed or report.stopped or report.cleaned:
-        log.warning(
-            "reconciled runs whose supervisor was gone: failed %s, stopped %s, leftovers ended %s",
-            report.failed, report.stopped, report.cleaned,
-        )
-    return report
 
 
 # --- resources -----------------------------------------------------------------------------

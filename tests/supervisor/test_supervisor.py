@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from mcp_rl.supervisor import readiness
 from mcp_rl.supervisor.ports import allocate_ports, port_is_free

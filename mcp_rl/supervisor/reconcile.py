@@ -1,0 +1,115 @@
+"""Reconciliation: runs whose supervisor is gone are ended honestly, and nothing of them is left.
+
+A supervisor can die (SIGKILL, OOM, a reboot) while its processes live on in their own
+sessions. Any server (at start-up, in the background) or status call notices from the
+supervisor's recorded pid and start time, records the end with its cause, and ends the
+leftover process groups: env, trainer, API, in that order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import processes
+from mcp_rl.supervisor.models import ReconcileReport
+from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
+from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, ProcState, RunState
+from mcp_rl.supervisor.supervisor import Policy
+
+log = logging.getLogger(__name__)
+
+# A run row may exist a moment before its supervisor's pid is recorded.
+LAUNCH_WINDOW_S = 60.0
+
+
+def end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str) -> None:
+    """End the process groups of a run whose supervisor is gone: env, trainer, API, then the
+    supervisor's own group in case it is wedged."""
+    by_name = {p.name: p for p in registry.processes(run.run_id)}
+    for name in reversed(PROCESS_NAMES):
+        proc = by_name.get(name)
+        if proc is None or not proc.pid:
+            continue
+        if proc.state in (ProcState.STARTING, ProcState.RUNNING) or processes.is_alive(proc.pid, proc.create_time):
+            code = processes.stop_group(proc.pid, proc.pgid, proc.create_time, policy.grace_for(name))
+            registry.set_process(run.run_id, name, cause=cause, state=ProcState.STOPPED, exit_code=code, ended_at=time.time())
+    if run.supervisor_pid and processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
+        processes.stop_group(run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, policy.stop_grace_s)
+
+
+def supervisor_gone(run: RunRecord, now: float) -> bool:
+    if run.supervisor_pid is None:
+        return now - run.created_at > LAUNCH_WINDOW_S
+    return not processes.is_alive(run.supervisor_pid, run.supervisor_create_time)
+
+
+def refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord:
+    """An active run whose supervisor is gone is ended now, never reported as running.
+
+    Only the state change happens here (status calls must stay fast); its leftover processes
+    are ended in the background, and by the next reconciliation if this process dies first.
+    """
+    if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
+        return run
+    _reconcile_run(registry, run, Policy.from_env(), background=True)
+    return registry.get_run(run.run_id) or run
+
+
+def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, background: bool = False) -> RunState:
+    # The supervisor may have recorded the end just before exiting.
+    current = registry.get_run(run.run_id)
+    if current is None or current.state not in ACTIVE_STATES:
+        return current.state if current else run.state
+    if current.state == RunState.STOPPING:
+        final, why = RunState.STOPPED, "stopped on request (supervisor gone)"
+        registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
+    else:
+        pid = current.supervisor_pid
+        final, why = RunState.FAILED, "stopped because the supervisor died"
+        cause = (
+            f"the run supervisor (pid {pid}) died while the run was {current.state}; its remaining "
+            f"processes were ended. Check rl://runs/{run.run_id}/logs/supervisor."
+            if pid
+            else "the run supervisor never started (the server that launched it stopped first)"
+        )
+        registry.transition(run.run_id, RunState.FAILED, cause)
+    if background:
+        threading.Thread(
+            target=end_leftovers, args=(registry, current, policy, why), name=f"end-{run.run_id}", daemon=True
+        ).start()
+    else:
+        end_leftovers(registry, current, policy, why)
+    return final
+
+
+def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileReport:
+    """Find active runs whose supervisor died: mark them failed (or stopped, if a stop was
+    requested) and end their leftover process groups; also end processes still alive of runs
+    that ended without their supervisor cleaning up. Cheap when nothing is wrong."""
+    policy = policy or Policy.from_env()
+    registry = registry_for(settings)
+    active = registry.list_runs(ACTIVE_STATES)
+    report = ReconcileReport(checked=len(active))
+    now = time.time()
+    for run in active:
+        if not supervisor_gone(run, now):
+            continue
+        final = _reconcile_run(registry, run, policy)
+        if final == RunState.FAILED:
+            report.failed.append(run.run_id)
+        elif final == RunState.STOPPED:
+            report.stopped.append(run.run_id)
+    for run_id in registry.ended_runs_with_live_processes():
+        run = registry.get_run(run_id)
+        if run is not None and supervisor_gone(run, now):
+            end_leftovers(registry, run, policy, f"left alive after the run {run.state}")
+            report.cleaned.append(run_id)
+    if report.failed or report.stopped or report.cleaned:
+        log.warning(
+            "reconciled runs whose supervisor was gone: failed %s, stopped %s, leftovers ended %s",
+            report.failed, report.stopped, report.cleaned,
+        )
+    return report
