@@ -16,7 +16,7 @@ from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest, TrainingEx
 from mcp_rl.trainer.backends.tinker import LOSS_FN, TinkerBackend, load_tokenizer
 from mcp_rl.trainer.loop import Trainer
 from tests.fakes.fake_tinker import FakeServiceClient, FakeTinkerWorld
-from tests.trainer.run_harness import arithmetic_run_config, child_env, free_port, http_ok, start, venv_bin, wait_until
+from tests.trainer.run_harness import arithmetic_run_config, child_env, http_ok, start, venv_bin, wait_until
 
 
 @pytest.fixture(scope="module")
