@@ -31,8 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
-    # Readiness and liveness probes would log every request.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     # Signal handlers only record the request; the supervising loop acts on it.
     stop = threading.Event()

@@ -6,12 +6,13 @@ the process exits, a stop is requested or the deadline passes, and says which.
 
 from __future__ import annotations
 
+import json as jsonlib
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
-
-import httpx
 
 Probe = Callable[[], bool]
 
@@ -22,12 +23,17 @@ PROBE_TIMEOUT_S = 2.0
 def http_ok(url: str, *, json: Any = None, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
     """Ready when `GET url` (with an optional JSON body) answers 200."""
 
+    body = None if json is None else jsonlib.dumps(json).encode()
+    headers = {} if json is None else {"Content-Type": "application/json"}
+
     def probe() -> bool:
+        # urllib, not httpx: the supervisor starts faster without httpx's imports (~0.4 s).
+        request = urllib.request.Request(url, data=body, headers=headers, method="GET")
         try:
-            response = httpx.request("GET", url, json=json, timeout=timeout_s)
-        except httpx.HTTPError:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
             return False
-        return response.status_code == 200
 
     return probe
 
