@@ -27,6 +27,11 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 STOP = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
+CHECK_STATUS_DOC = """Check a training run: state, per-process status, running time, latest metrics
+(step, reward mean, loss), W&B link, log resources, and the cause if it failed.
+
+States: starting, running, completed, failed, stopping, stopped. {limit}"""
+
 RunId = Annotated[str, Field(description="The run_id returned by rl_start_training (see rl_list_runs).")]
 
 
@@ -71,16 +76,18 @@ def register(mcp: MCPServer, state: AppState) -> None:
         started = await anyio.to_thread.run_sync(lambda: service.start_run(settings, environments()))
         return _with_links(started, started.run_id, started.logs)
 
-    @mcp.tool(annotations=READ_ONLY)
+    interval = settings.status_min_interval_s
+    limit = (
+        f"Detailed checks of a run still going are limited to one per {interval / 60:g} minutes: "
+        "an earlier repeat answers rate_limited=true with next_check_in_seconds and still gives the "
+        "state; a run that has ended is always reported at once."
+        if interval > 0
+        else "Checks are not rate-limited on this server."
+    )
+
+    @mcp.tool(annotations=READ_ONLY, description=CHECK_STATUS_DOC.format(limit=limit))
     @tool_errors
     async def rl_check_status(run_id: RunId) -> Annotated[CallToolResult, RunStatus]:
-        """Check a training run: state, per-process status, running time, latest metrics
-        (step, reward mean, loss), W&B link, log resources, and the cause if it failed.
-
-        States: starting, running, completed, failed, stopping, stopped. Repeated checks of a
-        run that is still going are rate-limited (rate_limited=true with next_check_in_seconds;
-        the state is still given); a run that has ended is always reported at once.
-        """
         status = await anyio.to_thread.run_sync(
             lambda: service.run_status(settings, run_id, min_interval_s=settings.status_min_interval_s)
         )
