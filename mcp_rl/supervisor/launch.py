@@ -21,9 +21,10 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     api_port, inference_port = config.ports.api, config.ports.inference
     if api_port is None or inference_port is None:
         raise ValueError("run config has no ports; call RunConfig.with_ports first")
-    env = settings.child_env()
-    python = sys.executable
     run_dir = config.paths.run_dir
+    # W&B (offline mode too) writes its files under the run, never into the environment's project.
+    env = settings.child_env(WANDB_DIR=str(run_dir))
+    python = sys.executable
     release_file = run_dir / ".env-start"
     release_file.unlink(missing_ok=True)
     return [
