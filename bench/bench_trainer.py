@@ -35,7 +35,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=options["total_steps"])
     parser.add_argument("--batch-size", type=int, default=options["batch_size"])
-    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=2)
     parser.add_argument("--lr", type=float, default=options["learning_rate"])
     parser.add_argument("--lora-rank", type=int, default=options["lora_rank"])
     parser.add_argument("--offpolicy", type=int, default=1, help="env.max_batches_offpolicy")
