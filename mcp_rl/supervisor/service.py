@@ -289,6 +289,10 @@ def _metrics(path: Path, trainer_status: dict[str, Any]) -> RunMetrics | None:
         return None
     latest = latest or {}
     step = latest.get("step")
+    # Accuracy is the environment's to report: it logs it to env_metrics.jsonl (see
+    # mcp_rl.metrics.env_metrics); the trainer's own line wins where both have a key.
+    env_latest = last_json_line(path.with_name("env_metrics.jsonl")) or {}
+    latest = {**env_latest, **latest}
     return RunMetrics(
         step=int(step) if isinstance(step, int) else trainer_status.get("step"),
         num_steps=trainer_status.get("num_steps"),

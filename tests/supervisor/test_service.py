@@ -198,3 +198,14 @@ def test_reconcile_ends_processes_left_alive_by_an_ended_run(tmp_path: Path, set
     assert report.cleaned == ["r1"] and report.failed == []
     assert not processes.is_alive(env.pid, env.create_time)
     assert registry.ended_runs_with_live_processes() == []
+
+
+def test_status_takes_accuracy_from_the_environment_metrics(settings: Settings, registry: Registry) -> None:
+    run_dir = _add_run(settings, registry, "r2", RunState.COMPLETED)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 2, "reward/mean": 0.5, "train/loss": 0.1}) + "\n")
+    (run_dir / "env_metrics.jsonl").write_text(
+        json.dumps({"step": 2, "train/percent_correct": 0.625, "reward/mean": 0.9}) + "\n"
+    )
+    metrics = service.run_status(settings, "r2").metrics
+    assert metrics.percent_correct == 0.625
+    assert metrics.reward_mean == 0.5  # the trainer's own value wins
