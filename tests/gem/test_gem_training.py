@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
+from tests.mcp_helpers import ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -24,11 +25,6 @@ EASY = "game:GuessTheNumber-v0-easy"
 RUN_DEADLINE_S = 900.0
 SHORT = {"total_steps": 2, "group_size": 4, "batch_size": 8, "num_envs": 2, "max_tokens_per_turn": 6}
 
-
-async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, args or {})
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return result.structured_content
 
 
 async def test_gem_run_completes_with_episode_metrics(home: Path) -> None:

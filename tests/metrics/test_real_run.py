@@ -23,17 +23,12 @@ from mcp.types import ImageContent, ResourceUpdatedNotification
 from mcp_rl.metrics import store
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX
 from tests.conftest import stdio_params
+from tests.mcp_helpers import SHORT_RUN as SHORT, ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SHORT = {"total_steps": 2, "batch_size": 8, "group_size": 4}
 RUN_DEADLINE_S = 900.0
 
-
-async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, args or {})
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return result.structured_content
 
 
 async def test_results_of_a_real_local_run(home: Path) -> None:

@@ -23,10 +23,10 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import processes, service
 from mcp_rl.supervisor.ports import port_is_free
 from tests.conftest import make_env, stdio_params
+from tests.mcp_helpers import SHORT_RUN as SHORT, ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SHORT = {"total_steps": 2, "batch_size": 8, "group_size": 4}
 RUN_DEADLINE_S = 900.0
 
 
@@ -40,11 +40,6 @@ def _stop_runs_left_by_a_failing_test(home: Path):
             if run.active:
                 service.stop_run(settings, run.run_id)
 
-
-async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, args or {})
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return result.structured_content
 
 
 async def start_run(client: Client, **overrides: Any) -> str:
