@@ -26,7 +26,6 @@ RUN_DEADLINE_S = 900.0
 SHORT = {"total_steps": 2, "group_size": 4, "batch_size": 8, "num_envs": 2, "max_tokens_per_turn": 6}
 
 
-
 async def test_gem_run_completes_with_episode_metrics(home: Path) -> None:
     async with Client(stdio_params(home)) as client:
         listed = await ok(client, "rl_list_environments", {"filter": "GuessTheNumber"})

@@ -30,7 +30,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 RUN_DEADLINE_S = 900.0
 
 
-
 async def test_results_of_a_real_local_run(home: Path) -> None:
     updates: list[str] = []
 

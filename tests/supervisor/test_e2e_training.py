@@ -41,7 +41,6 @@ def _stop_runs_left_by_a_failing_test(home: Path):
                 service.stop_run(settings, run.run_id)
 
 
-
 async def start_run(client: Client, **overrides: Any) -> str:
     await ok(client, "rl_select_environment", {"name": "arithmetic"})
     for field, value in {**SHORT, **overrides}.items():
