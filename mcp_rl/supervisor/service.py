@@ -212,15 +212,22 @@ def _base_message(run: RunRecord) -> str:
     return messages[run.state]
 
 
+def _identity(run: RunRecord, now: float) -> dict[str, Any]:
+    """What every status answer carries, rate-limited or not."""
+    return {
+        "run_id": run.run_id,
+        "status": run.state,
+        "environment": run.environment,
+        "backend": run.backend,
+        "running_time_minutes": _running_minutes(run, now),
+        "cause": run.cause,
+        "error": run.cause if run.state == RunState.FAILED else None,
+    }
+
+
 def _short_status(run: RunRecord, now: float, wait: float) -> RunStatus:
     return RunStatus(
-        run_id=run.run_id,
-        status=run.state,
-        environment=run.environment,
-        backend=run.backend,
-        running_time_minutes=_running_minutes(run, now),
-        cause=run.cause,
-        error=run.cause if run.state == RunState.FAILED else None,
+        **_identity(run, now),
         rate_limited=True,
         next_check_in_seconds=round(wait, 1),
         wandb_project=run.wandb_project,
@@ -247,13 +254,7 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
             message += f", reward mean {metrics.reward_mean:.4g}"
         message += "."
     return RunStatus(
-        run_id=run.run_id,
-        status=run.state,
-        environment=run.environment,
-        backend=run.backend,
-        running_time_minutes=_running_minutes(run, now),
-        cause=run.cause,
-        error=run.cause if run.state == RunState.FAILED else None,
+        **_identity(run, now),
         processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
         trainer_phase=status.get("phase"),
         metrics=metrics,
