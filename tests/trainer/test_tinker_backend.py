@@ -140,6 +140,11 @@ async def _wait_registered(api_url: str, task: asyncio.Task) -> None:
 @pytest.mark.anyio
 async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path, tokenizer, monkeypatch) -> None:
     """W&B is optional: offline mode (no key, no network) records the trainer's metrics."""
+    import wandb
+
+    # wandb keeps process-wide settings; an earlier in-process wandb.Api (the results tests)
+    # would leak into this in-process trainer. The real trainer is a process of its own.
+    wandb.teardown()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_SILENT", "true")
