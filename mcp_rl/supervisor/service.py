@@ -333,6 +333,15 @@ def list_runs(settings: Settings) -> RunList:
 
 
 # --- stop ----------------------------------------------------------------------------------
+def _already_ended(run: RunRecord) -> StopResult:
+    return StopResult(
+        run_id=run.run_id,
+        status=run.state,
+        was_running=False,
+        message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
+    )
+
+
 def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> StopResult:
     """End a run: its supervisor stops env -> trainer -> API; if the supervisor is gone or
     does not finish in time, we end the recorded process groups ourselves."""
@@ -340,21 +349,11 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
     registry = registry_for(settings)
     run = _get_run(registry, run_id)
     if run.state in TERMINAL_STATES:
-        return StopResult(
-            run_id=run.run_id,
-            status=run.state,
-            was_running=False,
-            message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
-        )
+        return _already_ended(run)
     if not registry.transition(run.run_id, RunState.STOPPING, "stop requested (rl_stop_training)"):
         run = _get_run(registry, run_id)
         if run.state in TERMINAL_STATES:
-            return StopResult(
-                run_id=run.run_id,
-                status=run.state,
-                was_running=False,
-                message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
-            )
+            return _already_ended(run)
     if processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
         try:
             os.kill(run.supervisor_pid, signal.SIGTERM)  # type: ignore[arg-type]
