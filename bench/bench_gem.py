@@ -4,12 +4,13 @@ Selects the GEM id, shortens the run with rl_edit_config, starts it with rl_star
 polls rl_check_status until it completes, then prints per trainer step the episode return and
 success rate the environment measured (env_metrics.jsonl: episodes played since the previous
 step) and the trainer's reward/mean (mean discounted return of the trained transitions). Last:
-the mean success rate of the first and of the last `--window` steps; exit 1 unless the last is
-higher.
+the mean success rate of the first and of the last `--window` steps, with the p-value of a
+one-sided two-proportion z-test (is the gain noise?); exit 1 unless the last is higher.
 
 Everything is real: the embedded SmolLM2-135M-Instruct, the trainer, Atropos run-api, GemEnv.
-The settings below are the ones tuned for 2 CPU cores (short prefilled answers, small groups);
-see docs/design-notes.md, "GEM environments".
+The settings below are the ones tuned for 2 CPU cores (short prefilled answers, small groups)
+and train on wins only (`partial_credit` off: GuessTheNumber's near-miss credit at the turn limit
+otherwise pays almost as well as winning); see docs/design-notes.md, "GEM environments".
 
 Run: python bench/bench_gem.py [--steps 30] [--window 5] [--home DIR]
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -59,6 +61,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def one_sided_p(first: float, n1: int, last: float, n2: int) -> float:
+    """p-value of "the last window's success rate is higher" under the null of equal rates
+    (two-proportion z-test, pooled): small means the gain is not noise."""
+    pooled = (first * n1 + last * n2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 0.5
+    z = (last - first) / se
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
 def per_step(env_lines: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     """The GEM metrics line of each step (episodes finished since the previous one)."""
     steps: dict[int, dict[str, float]] = {}
@@ -82,6 +95,7 @@ async def run(args: argparse.Namespace) -> int:
         "wrappers": "concat",
         "gamma": 0.9,
         "batch_normalize": True,
+        "partial_credit": args.partial_credit,
         "save_checkpoint_interval": 0,
         "temperature": args.temperature,
     }
@@ -141,6 +155,7 @@ async def run(args: argparse.Namespace) -> int:
     minutes = (time.monotonic() - started_at) / 60
     print(f"success rate, first {window} steps: {first:.3f} ({first_n} episodes)")
     print(f"success rate, last {window} steps:  {last:.3f} ({last_n} episodes)")
+    print(f"one-sided p (two-proportion z-test) that the gain is noise: {one_sided_p(first, first_n, last, last_n):.4f}")
     print(f"{'IMPROVED' if last > first else 'NOT IMPROVED'} in {minutes:.1f} min")
     return 0 if last > first else 1
 
@@ -152,9 +167,13 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=16, help="transitions per group = per step")
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument(
+        "--partial-credit", action=argparse.BooleanOptionalAction, default=False,
+        help="train on GuessTheNumber's near-miss credit too (default: wins and penalties only)",
+    )
     parser.add_argument("--env-kwargs", default=None, help='JSON for gem.make, e.g. \'{"max_turns": 6}\'')
     parser.add_argument("--home", default=None, help="state dir (default: a fresh temporary one)")
     return anyio.run(run, parser.parse_args())

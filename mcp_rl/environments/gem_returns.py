@@ -43,6 +43,16 @@ def normalize_returns(returns: Sequence[float], eps: float = REBN_EPS) -> list[f
     return [(g - mean) / (std + eps) for g in returns]
 
 
+def training_rewards(rewards: Sequence[float], success_reward: float, partial_credit: bool) -> list[float]:
+    """The per-turn rewards the returns are computed from. With `partial_credit` off, a positive
+    reward short of a win (GuessTheNumber pays `1 - distance / range` at the turn limit) counts
+    as 0, so a safe near-miss stops paying almost as well as winning; wins and penalties (format
+    errors, -0.1) are kept as GEM gives them."""
+    if partial_credit:
+        return [float(r) for r in rewards]
+    return [float(r) if r >= success_reward or r < 0 else 0.0 for r in rewards]
+
+
 def episode_success(rewards: Sequence[float], success_reward: float) -> bool:
     """GEM games give `success_reward` (1.0) on the winning move and end the episode there."""
     return bool(rewards) and float(rewards[-1]) >= success_reward

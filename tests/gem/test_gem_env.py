@@ -99,6 +99,21 @@ async def test_without_batch_normalisation_advantages_are_the_returns(policy_url
     assert [a[-1] for a in group["advantages"]] == pytest.approx(group["scores"])
 
 
+async def test_without_partial_credit_near_misses_train_as_zero(policy_url):
+    # One turn per episode: a valid wrong guess ends it with GEM's partial credit 1 - distance/9.
+    env = make_env(
+        policy_url, group_size=12, num_envs=4, gamma=1.0, batch_normalize=False, partial_credit=False,
+        env_kwargs={"max_turns": 1}, include_messages=True,
+    )
+    await env.setup()
+    group, _ = await env.collect_trajectories(await env.get_next_item())
+    given = [conversation[1]["reward"] for conversation in group["messages"]]
+    assert any(0.0 < r < 1.0 for r in given), f"no near miss among {given}; the check below would be vacuous"
+    assert group["scores"] == [r if r >= 1.0 or r < 0 else 0.0 for r in given]
+    metrics = env._counters.drain()  # GEM's own returns are what the metrics report
+    assert metrics["gem/episode_return"] == pytest.approx(sum(given) / len(given))
+
+
 async def test_raising_environment_drops_episodes_not_the_group(policy_url, caplog):
     from gem.envs.registration import ENV_REGISTRY, register
 

@@ -14,6 +14,7 @@ from mcp_rl.environments.gem_returns import (
     kl_sample_train,
     normalize_returns,
     token_entropy_estimate,
+    training_rewards,
 )
 
 
@@ -60,6 +61,20 @@ def test_success_is_the_winning_reward_on_the_last_turn():
     assert not episode_success([0.0, 0.0, 0.0, 0.89], 1.0)
     assert not episode_success([-0.1], 1.0)
     assert not episode_success([], 1.0)
+
+
+def test_without_partial_credit_only_wins_and_penalties_pay():
+    # GuessTheNumber lost at the turn limit 2 away from a target in 1..10: 1 - 2/9 = 0.778.
+    near_miss = [0.0, 0.0, 0.0, 1 - 2 / 9]
+    assert training_rewards(near_miss, 1.0, partial_credit=True) == pytest.approx(near_miss)
+    assert training_rewards(near_miss, 1.0, partial_credit=False) == [0.0, 0.0, 0.0, 0.0]
+    # A win and a format-error penalty are kept as GEM gives them.
+    assert training_rewards([0.0, 1.0], 1.0, partial_credit=False) == [0.0, 1.0]
+    assert training_rewards([0.0, -0.1], 1.0, partial_credit=False) == [0.0, -0.1]
+    # Hand-worked returns (gamma 0.9) of the near miss: with credit G0 = 0.9^3 * 0.778 = 0.567;
+    # without, no signal at all.
+    assert discounted_returns(training_rewards(near_miss, 1.0, True), 0.9)[0] == pytest.approx(0.729 * (1 - 2 / 9))
+    assert discounted_returns(training_rewards(near_miss, 1.0, False), 0.9) == [0.0] * 4
 
 
 def test_choose_transitions_keeps_order_and_count():

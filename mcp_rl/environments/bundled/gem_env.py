@@ -33,6 +33,7 @@ from mcp_rl.environments.gem_returns import (
     episode_success,
     normalize_returns,
     token_entropy_estimate,
+    training_rewards,
 )
 
 log = logging.getLogger("mcp_rl.gem_env")
@@ -125,6 +126,12 @@ class GemEnvConfig(BaseEnvConfig):
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the policy's actions.")
     success_reward: float = Field(
         1.0, description="An episode counts as a success when its last reward is at least this (GEM's win reward)."
+    )
+    partial_credit: bool = Field(
+        True,
+        description="Train on GEM's rewards as given, including partial credit for a near miss (GuessTheNumber "
+        "pays 1 - distance/range at the turn limit). false: only wins (and penalties) carry reward, which "
+        "stops a safe near-miss from paying almost as well as winning; metrics still report GEM's own returns.",
     )
     eval_episodes: int = Field(16, ge=0, le=10_000, description="Episodes played (greedily) by each evaluation.")
     seed: int = Field(0, ge=0, description="Seed of the episodes' starting states (episode i uses seed + i).")
@@ -466,7 +473,8 @@ class GemEnv(BaseEnv):
         episodes = await self._collect_episodes(lambda eps: sum(len(e.turns) for e in eps) >= size)
         flat: list[tuple[Turn, float]] = []
         for episode in episodes:
-            for turn, ret in zip(episode.turns, discounted_returns(episode.rewards, self.config.gamma), strict=True):
+            rewards = training_rewards(episode.rewards, self.config.success_reward, self.config.partial_credit)
+            for turn, ret in zip(episode.turns, discounted_returns(rewards, self.config.gamma), strict=True):
                 flat.append((turn, ret))
         chosen = [flat[i] for i in choose_transitions(len(flat), size, self._rng)]
         returns = [ret for _, ret in chosen]
