@@ -23,6 +23,7 @@ from mcp_rl.trainer.backends.base import (
     TrainingBackend,
     TrainingExample,
 )
+from mcp_rl.trainer.backends.prompt_cache import PromptCache
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,9 @@ class LocalBackend(TrainingBackend):
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self._optimizer: Any = None
         self.eos_ids = self._eos_ids()
+        # Bumped whenever the weights change: cached prompts are only valid for one version.
+        self._weights_version = 0
+        self.prompt_cache = PromptCache()
 
     # --- sampling ---------------------------------------------------------------------------
     def _eos_ids(self) -> list[int]:
@@ -122,10 +126,13 @@ class LocalBackend(TrainingBackend):
         logprobs: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         with torch.no_grad():
-            # Every sample shares the prompt: run it once and copy the cache n ways.
+            # Every sample shares the prompt: run it once and copy the cache n ways. A prompt that
+            # extends a recent one (the next turn of an episode) only computes its new tokens.
+            reused, past = self.prompt_cache.lookup(request.prompt_tokens, self._weights_version)
             prompt = torch.tensor([request.prompt_tokens], device=self.device)
-            out = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+            out = self.model(input_ids=prompt[:, reused:], past_key_values=past, use_cache=True, logits_to_keep=1)
             past = out.past_key_values
+            self.prompt_cache.store(request.prompt_tokens, past, self._weights_version)
             if n > 1 and hasattr(past, "batch_repeat_interleave"):
                 past.batch_repeat_interleave(n)
                 logits = out.logits[:, -1, :].float().expand(n, -1)
@@ -269,6 +276,7 @@ class LocalBackend(TrainingBackend):
                 group["eps"] = params.eps
             opt.step()
             opt.zero_grad(set_to_none=True)
+            self._weights_version += 1
 
     def update_sampler(self, step: int) -> str | None:
         return None  # sampling reads the live weights
@@ -329,6 +337,7 @@ class LocalBackend(TrainingBackend):
         state = torch.load(state_file, map_location=self.device, weights_only=False)
         with self._lock:
             set_peft_model_state_dict(self.model, state["adapter"])
+            self._weights_version += 1
             if state.get("optimizer") is not None:
                 # The optimizer is rebuilt over the same parameters in the same order.
                 self._optimizer = torch.optim.AdamW(self._params(), lr=1e-4, weight_decay=0.0)
