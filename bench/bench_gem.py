@@ -37,8 +37,9 @@ RUN_DEADLINE_S = 4 * 3600
 def server_params(home: Path) -> StdioServerParameters:
     env = {"PATH": os.environ.get("PATH", ""), "MCP_RL_HOME": str(home), "MCP_RL_STATUS_MIN_INTERVAL": "0",
            "HF_HUB_OFFLINE": "1"}
-    if os.environ.get("MCP_RL_MODEL"):
-        env["MCP_RL_MODEL"] = os.environ["MCP_RL_MODEL"]
+    for name in ("MCP_RL_MODEL", "MCP_RL_TORCH_THREADS"):  # a dedicated machine may give the trainer every core
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return StdioServerParameters(command=sys.executable, args=["-m", "mcp_rl", "serve"], env=env)
 
 
