@@ -15,12 +15,11 @@ with an atomic replace, so concurrent servers never corrupt it.
 from __future__ import annotations
 
 import difflib
-import fcntl
 import importlib.util
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
 from mcp_rl.errors import NotFound, UserError
+from mcp_rl.locking import exclusive_lock
 from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings, write_text_atomic
 from mcp_rl.settings import Settings, configs_dir
 
@@ -119,15 +119,8 @@ class SessionStore:
         self._path = settings.session_file
         self._lock_path = settings.session_file.with_suffix(".lock")
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _locked(self) -> AbstractContextManager[None]:
+        return exclusive_lock(self._lock_path)
 
     def _read_unlocked(self) -> Session:
         try:

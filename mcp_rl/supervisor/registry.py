@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from mcp_rl.locking import exclusive_lock
 from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, ProcState, RunState
 
 if TYPE_CHECKING:
@@ -142,12 +143,23 @@ class Registry:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            # Created once per file; afterwards opening costs one read (status calls stay fast).
-            if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_status_checks'").fetchone():
+        # Created once per file; afterwards opening costs one read (status calls stay fast).
+        if self._has_schema():
+            return
+        # Switching to WAL needs an exclusive lock, and SQLite refuses it at once (no busy wait) while
+        # a second opener is creating tables, so first openers take turns on a lock file.
+        with exclusive_lock(self.path.with_name(self.path.name + ".init.lock")):
+            if self._has_schema():
                 return
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+            with self._connect() as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(_SCHEMA)
+
+    def _has_schema(self) -> bool:
+        with self._connect() as db:
+            return db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_status_checks'"
+            ).fetchone() is not None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -84,3 +84,26 @@ def test_status_checks_are_recorded(tmp_path: Path) -> None:
     reg.record_check("a", RunState.COMPLETED, 20.0)
     check = reg.last_check("a")
     assert (check.checked_at, check.state) == (20.0, RunState.COMPLETED)
+
+
+def test_first_openers_racing_on_a_fresh_file_all_get_a_working_registry(tmp_path: Path) -> None:
+    # The server's reconciler and its first tool call open a new state.db at the same moment.
+    errors: list[BaseException] = []
+    for round_ in range(60):
+        path = tmp_path / f"r{round_}" / "state.db"
+        barrier = threading.Barrier(6)
+
+        def open_and_write(i: int, path: Path = path, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                Registry(path).create_run(_record(f"run{i}"))
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_and_write, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(Registry(path).list_runs()) == 6 - len(errors)
+    assert errors == []
