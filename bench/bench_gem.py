@@ -50,6 +50,15 @@ async def call(client: Client, name: str, args: dict[str, Any] | None = None) ->
     return result.structured_content or {}
 
 
+async def set_group_and_batch(client: Client, group: int, batch: int) -> None:
+    """Edit both, bridging through a batch that suits the old and new group (batch % group == 0 always)."""
+    current = await call(client, "rl_get_current_config")
+    old_group = next(f["current_value"] for f in current["configurable_fields"] if f["name"] == "group_size")
+    await call(client, "rl_edit_config", {"field": "batch_size", "value": math.lcm(old_group, group)})
+    await call(client, "rl_edit_config", {"field": "group_size", "value": group})
+    await call(client, "rl_edit_config", {"field": "batch_size", "value": batch})
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -86,8 +95,6 @@ async def run(args: argparse.Namespace) -> int:
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="bench-gem-"))
     edits: dict[str, Any] = {
         "total_steps": args.steps,
-        "group_size": args.group,
-        "batch_size": args.group,  # one group per step: ReBN over the whole batch, as the recipe
         "learning_rate": args.lr,
         "lora_rank": args.lora_rank,
         "num_envs": args.num_envs,
@@ -105,11 +112,13 @@ async def run(args: argparse.Namespace) -> int:
     started_at = time.monotonic()
     async with Client(server_params(home)) as client:
         await call(client, "rl_select_environment", {"name": GEM_ID})
+        # One group per step: ReBN over the whole batch, as the recipe.
+        await set_group_and_batch(client, args.group, args.group)
         for field, value in edits.items():
             await call(client, "rl_edit_config", {"field": field, "value": value})
         started = await call(client, "rl_start_training")
         run_id = started["run_id"]
-        print(f"run {run_id} in {home} ({', '.join(f'{k}={v}' for k, v in edits.items())})", flush=True)
+        print(f"run {run_id} in {home} (group_size=batch_size={args.group}, {', '.join(f'{k}={v}' for k, v in edits.items())})", flush=True)
         run_dir = home / "runs" / run_id
         printed = 0
         print(f"{'step':>4}  {'episode_return':>14}  {'success_rate':>12}  {'episodes':>8}  {'turns':>5}  "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -266,16 +267,31 @@ def _validate_field(spec: FieldSpec, value: Any) -> Any:
     raise UserError(f"Invalid value {value!r} for {spec.name} (type {expected}): {first_error}. Nothing was changed.")
 
 
-def _check_group_vs_batch(group_size: Any, batch_size: Any) -> None:
+def _check_group_vs_batch(group_size: Any, batch_size: Any, *, previous_group: Any = None) -> None:
+    """Refuse a group_size that does not divide batch_size, naming the edits that get there.
+
+    `previous_group` is given when group_size is the field being edited: moving from group 16 to 24
+    with batch 16 fails in either order, so the message names the batch that works for both.
+    """
     if not isinstance(group_size, int) or not isinstance(batch_size, int):
         return
     if group_size < 2:
         raise UserError(f"group_size must be at least 2 (got {group_size}): GRPO compares answers within a group.")
-    if batch_size % group_size != 0:
-        raise UserError(
-            f"batch_size ({batch_size}) must be a multiple of group_size ({group_size}). "
-            "Change one of them so the other divides it. Nothing was changed."
+    if batch_size % group_size == 0:
+        return
+    if isinstance(previous_group, int) and previous_group >= 1:
+        bridge = math.lcm(previous_group, group_size)
+        how = (
+            f"First set batch_size to {bridge} (a multiple of both {previous_group} and {group_size}), "
+            f"then group_size to {group_size}; then batch_size to any multiple of {group_size}."
         )
+    else:
+        below = batch_size // group_size * group_size
+        options = [n for n in (below, below + group_size) if n >= group_size]
+        how = f"Use a multiple of {group_size}, such as {' or '.join(map(str, options))}, or change group_size first."
+    raise UserError(
+        f"batch_size ({batch_size}) must be a multiple of group_size ({group_size}). {how} Nothing was changed."
+    )
 
 
 def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field: str, value: Any) -> EditResult:
@@ -327,7 +343,8 @@ def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field
             )
         checked = _validate_field(field_spec, value)
         if field == "group_size":
-            _check_group_vs_batch(checked, options.batch_size)
+            previous_group = session.edits.get("group_size", _initial(spec, "group_size"))
+            _check_group_vs_batch(checked, options.batch_size, previous_group=previous_group)
         previous = session.edits.get(field, field_spec.initial)
         edits = dict(session.edits)
         edits[field] = checked

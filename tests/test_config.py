@@ -135,3 +135,16 @@ def test_concurrent_writers_never_corrupt(service, home: Path):
     assert data["environment"]["name"] == "counting"
     assert 1 <= data["edits"]["max_count"] <= 90
     assert data["run_options"]["total_steps"] == 20
+
+
+def test_a_group_change_no_single_order_allows_is_refused_with_the_path_that_works(service):
+    service.edit("group_size", 4)
+    service.edit("batch_size", 4)
+    # 4/4 -> 6/6: group first leaves batch 4, batch first breaks group 4.
+    with pytest.raises(UserError, match=r"First set batch_size to 12 .* then group_size to 6"):
+        service.edit("group_size", 6)
+    with pytest.raises(UserError, match=r"such as 4 or 8"):
+        service.edit("batch_size", 6)
+    service.edit("batch_size", 12)  # following the message
+    service.edit("group_size", 6)
+    assert service.edit("batch_size", 6).value == 6
