@@ -178,12 +178,20 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """
         return await anyio.to_thread.run_sync(service.edit, field, value)
 
-    @mcp.resource("rl://environments", mime_type="application/json", description="Every environment found, with parse problems.")
+    @mcp.resource(
+        "rl://environments",
+        name="environments",
+        title="Environments",
+        mime_type="application/json",
+        description="Every environment mcp-rl found (bundled ones and MCP_RL_ENV_PATHS), with the files it could not parse.",
+    )
     def environments_resource() -> str:
         return service.catalog().model_dump_json(indent=2)
 
     @mcp.resource(
         "rl://environments/gem",
+        name="gem_environments",
+        title="GEM environments",
         mime_type="application/json",
         description="Every GEM environment id (gem-llm) with its group, description and kwargs.",
     )
@@ -194,7 +202,13 @@ def register(mcp: MCPServer, state: AppState) -> None:
         data["environments"] = [e.model_dump(mode="json") for e in gem.entries]
         return json.dumps(data, indent=2)
 
-    @mcp.resource("rl://environments/{name}", mime_type="application/json", description="One environment: metadata and source.")
+    @mcp.resource(
+        "rl://environments/{name}",
+        name="environment",
+        title="Environment details",
+        mime_type="application/json",
+        description="One environment (a name or GEM id from rl_list_environments): its metadata and Python source.",
+    )
     @resource_errors
     def environment_resource(name: str) -> str:
         env = service.get(name)
@@ -202,13 +216,25 @@ def register(mcp: MCPServer, state: AppState) -> None:
         data["source"] = Path(env.file_path).read_text(encoding="utf-8", errors="replace")
         return json.dumps(data, indent=2)
 
-    @mcp.resource("rl://config/current", mime_type="application/json", description="The selected environment's current config.")
+    @mcp.resource(
+        "rl://config/current",
+        name="current_config",
+        title="Current configuration",
+        mime_type="application/json",
+        description="The selected environment's config fields and run options, with their current values.",
+    )
     def current_config_resource() -> str:
         session = service.store.read()
         if session.environment is None:
             return json.dumps({"environment": None, "message": "No environment selected; call rl_select_environment."})
         return service.current().model_dump_json(indent=2)
 
-    @mcp.resource("rl://config/locked", mime_type="application/json", description="Fields the infrastructure sets.")
+    @mcp.resource(
+        "rl://config/locked",
+        name="locked_config",
+        title="Fields set by mcp-rl",
+        mime_type="application/json",
+        description="Config fields mcp-rl sets itself for the current backend (rl_edit_config refuses them).",
+    )
     def locked_config_resource() -> str:
         return json.dumps(service.locked(), indent=2)

@@ -145,12 +145,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
         result = await service.wait_for_test(settings, started.test_id, max(wait_s, 1.0), progress)
         return as_tool_result(result)
 
-    @mcp.resource("rl://tests", mime_type="application/json", description="Recent inference tests, newest first.")
+    @mcp.resource(
+        "rl://tests", name="inference_tests", title="Inference tests", mime_type="application/json",
+        description="Recent inference smoke tests (rl_test_inference), newest first.",
+    )
     def tests_resource() -> str:
         return json.dumps({"tests": service.list_tests(settings)}, indent=1)
 
     @mcp.resource(
         "rl://tests/{test_id}",
+        name="inference_test",
+        title="Inference test result",
         mime_type="application/json",
         description="An inference test: state, per-model results, summary (current while it runs).",
     )
@@ -160,6 +165,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource(
         "rl://tests/{test_id}/{model}",
+        name="inference_test_model",
+        title="Inference test: one model",
         mime_type="application/json",
         description="One model of an inference test (model = the folder name, e.g. qwen_qwen3-8b, or the id).",
     )
@@ -169,6 +176,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource(
         "rl://tests/{test_id}/{model}/log{?tail}",
+        name="inference_test_log",
+        title="Inference test: model log",
         mime_type="text/plain",
         description="The tail of one model's process log (default 200 lines).",
     )
@@ -181,6 +190,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource(
         "rl://tests/{test_id}/{model}/html",
+        name="inference_test_report",
+        title="Inference test: HTML report",
         mime_type="text/html",
         description="Atropos's HTML report of one model's rollouts (written when the model finishes).",
     )
@@ -195,6 +206,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource(
         "rl://tests/{test_id}/{model}/jsonl{?limit}",
+        name="inference_test_rollouts",
+        title="Inference test: scored rollouts",
         mime_type="application/jsonl",
         description="The first `limit` scored groups (default 5) of one model, as Atropos wrote them.",
     )

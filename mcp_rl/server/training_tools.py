@@ -113,22 +113,33 @@ def register(mcp: MCPServer, state: AppState) -> None:
         return await anyio.to_thread.run_sync(lambda: service.list_runs(settings))
 
     # --- resources --------------------------------------------------------------------------
-    @mcp.resource("rl://runs", mime_type="application/json", description="All runs, newest first.")
+    @mcp.resource(
+        "rl://runs", name="runs", title="Training runs", mime_type="application/json",
+        description="Every training run, newest first, with its state and latest reward.",
+    )
     def runs_resource() -> str:
         return service.list_runs(settings).model_dump_json(indent=2)
 
-    @mcp.resource("rl://runs/{run_id}", mime_type="application/json", description="Full status of one run (never rate-limited).")
+    @mcp.resource(
+        "rl://runs/{run_id}", name="run_status", title="Run status", mime_type="application/json",
+        description="Full status of one training run: state, processes, latest metrics (never rate-limited).",
+    )
     @resource_errors
     def run_resource(run_id: str) -> str:
         return service.run_status(settings, run_id).model_dump_json(indent=2)
 
-    @mcp.resource("rl://runs/{run_id}/config", mime_type="application/yaml", description="The run.yaml the run's processes use.")
+    @mcp.resource(
+        "rl://runs/{run_id}/config", name="run_config", title="Run configuration", mime_type="application/yaml",
+        description="The run.yaml a training run's processes use (environment, model and trainer settings).",
+    )
     @resource_errors
     def run_config_resource(run_id: str) -> str:
         return service.read_config(settings, run_id)
 
     @mcp.resource(
         "rl://runs/{run_id}/metrics",
+        name="run_metrics",
+        title="Run metrics",
         mime_type="application/json",
         description=f"The last {service.DEFAULT_METRICS_TAIL} per-step metrics of a run (metrics.jsonl), oldest first.",
     )
@@ -138,6 +149,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource(
         "rl://runs/{run_id}/logs/{process}{?tail}",
+        name="run_log",
+        title="Run log",
         mime_type="text/plain",
         description=(
             f"The last lines of a run's log: process is api, trainer, env or supervisor; "
