@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -61,6 +61,9 @@ class Settings(BaseModel):
     # The original rate-limited rl_check_status to once per 30 minutes per run; 0 disables.
     status_min_interval_s: float = 1800.0
     introspect_timeout_s: float = 120.0
+    # Every tool call answers within this many seconds (Claude Desktop cancels a call at about
+    # 60 s); longer work goes on in the background and the answer names the tool that collects it.
+    tool_time_budget_s: float = Field(45.0, gt=0, le=600)
     # A local Hugging Face model folder to use instead of the embedded default model.
     model_path: Path | None = None
 
@@ -83,6 +86,7 @@ class Settings(BaseModel):
             env_paths=_paths(env.get("MCP_RL_ENV_PATHS")),
             status_min_interval_s=_float(env, "MCP_RL_STATUS_MIN_INTERVAL", 1800.0),
             introspect_timeout_s=_float(env, "MCP_RL_INTROSPECT_TIMEOUT", 120.0),
+            tool_time_budget_s=_float(env, "MCP_RL_TOOL_TIME_BUDGET", 45.0),
             model_path=Path(model).expanduser().resolve() if model else None,
             tinker_api_key=_secret(env, "TINKER_API_KEY"),
             tinker_base_url=env.get("TINKER_BASE_URL") or None,
