@@ -46,6 +46,29 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
 
 
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _ttl(env: Mapping[str, str], name: str, default: int) -> int | None:
+    """Seconds a Tinker checkpoint lives: Tinker takes 1 hour to 10 years; 0 means forever."""
+    value = _int(env, name, default)
+    if value == 0:
+        return None
+    if value < 3600:
+        raise ValueError(f"{name} must be 0 (keep forever) or at least 3600 seconds, got {value}")
+    return value
+
+
 def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
     value = env.get(name, "").strip()
     return SecretStr(value) if value else None
@@ -75,6 +98,15 @@ class Settings(BaseModel):
     wandb_mode: str | None = None
     openrouter_api_key: SecretStr | None = None
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
+    # Sampling requests a remote backend (Tinker) serves at once; the local model stays serial.
+    remote_sampling_concurrency: int = 32
+    # How long the trainer waits for Tinker to create its model (it may queue) before failing.
+    tinker_create_timeout_s: float = 600.0
+    # Lifetime of intermediate Tinker checkpoints (seconds, >= 3600); None keeps them forever.
+    # The final checkpoint of a run is always kept.
+    tinker_checkpoint_ttl_s: int | None = 7 * 24 * 3600
+    # A local tokenizer folder for a Tinker model, instead of fetching it from the Hugging Face hub.
+    tokenizer_path: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -96,6 +128,10 @@ class Settings(BaseModel):
             wandb_mode=env.get("WANDB_MODE") or None,
             openrouter_api_key=_secret(env, "OPENROUTER_API_KEY"),
             openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
+            remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
+            tinker_create_timeout_s=_float(env, "MCP_RL_TINKER_CREATE_TIMEOUT", 600.0),
+            tinker_checkpoint_ttl_s=_ttl(env, "MCP_RL_TINKER_CHECKPOINT_TTL", 7 * 24 * 3600),
+            tokenizer_path=Path(tok).expanduser().resolve() if (tok := env.get("MCP_RL_TOKENIZER_PATH")) else None,
         )
 
     # --- the state directory -------------------------------------------------------------
