@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
-from mcp_rl.errors import McpRlError, NotFound
+from mcp_rl.errors import McpRlError, NotFound, clip_message
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,7 +24,7 @@ def tool_errors(fn: F) -> F:
             try:
                 return await fn(*args, **kwargs)
             except McpRlError as exc:
-                raise ToolError(str(exc)) from exc
+                raise ToolError(clip_message(str(exc))) from exc
 
         return async_wrapper  # type: ignore[return-value]
 
@@ -33,7 +33,7 @@ def tool_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except McpRlError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(clip_message(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -48,7 +48,7 @@ def resource_errors(fn: F) -> F:
             try:
                 return await fn(*args, **kwargs)
             except NotFound as exc:
-                raise ResourceNotFoundError(str(exc)) from exc
+                raise ResourceNotFoundError(clip_message(str(exc))) from exc
 
         return async_wrapper  # type: ignore[return-value]
 
@@ -57,6 +57,6 @@ def resource_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
+            raise ResourceNotFoundError(clip_message(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]

@@ -5,26 +5,41 @@ operation opens its own short connection and transaction, writers take the lock 
 (`BEGIN IMMEDIATE`) and wait on a busy timeout instead of failing. State changes are
 compare-and-set: a transition names the states it may come from, so two writers racing to end
 the same run (a supervisor and a reconciling server) cannot both succeed.
+
+The database is an index, not the only record: each run directory holds its run.yaml, logs,
+metrics and trainer status. A damaged state.db (garbage, truncated, a directory) is moved aside
+with a timestamp, never deleted, and rebuilt from the run directories; a missing or empty one is
+rebuilt the same way; a row that does not read as a run is reported and skipped. What was
+repaired is in `Registry.notes`, for the answer of the call that noticed.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from mcp_rl.errors import DamagedState, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
-from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, ProcState, RunState
+from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, TERMINAL_STATES, ProcState, RunState
 
 if TYPE_CHECKING:
     from mcp_rl.settings import Settings
 
+log = logging.getLogger(__name__)
+
 BUSY_TIMEOUT_MS = 10_000
+# SQLite's result codes for a file that is not (or no longer) a sound database.
+_DAMAGED_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -137,23 +152,117 @@ _RUN_FIELDS = frozenset(RunRecord.model_fields) - {"run_id"}
 _PROCESS_FIELDS = frozenset(ProcessRecord.model_fields) - {"run_id", "name"}
 
 
+def _is_damage(exc: sqlite3.Error, path: Path) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) in _DAMAGED_CODES or path.is_dir()
+
+
+def _guarded(method: Callable[..., T]) -> Callable[..., T]:
+    """A registry operation that survives a damaged database (kept aside, rebuilt, retried once)
+    and turns any other SQLite failure into an error that says what to do."""
+
+    @functools.wraps(method)
+    def wrapper(self: Registry, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            if not _is_damage(exc, self.path):
+                raise self._unusable(exc) from exc
+            self._recover(exc)
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from exc
+
+    return wrapper
+
+
 class Registry:
     """Access to the run tables of one `state.db`. Cheap to create; holds no connection."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, runs_dir: Path | None = None) -> None:
         self.path = Path(path)
+        # Where the run directories are, to rebuild from (the state directory's runs/).
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else self.path.parent / "runs"
+        # Repairs this object made or found (kept aside, rebuilt, rows skipped), in words.
+        self.notes: list[str] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    @property
+    def _init_lock(self) -> Path:
+        return self.path.with_name(self.path.name + ".init.lock")
+
+    @_guarded
+    def _open(self) -> None:
         # Created once per file; afterwards opening costs one read (status calls stay fast).
         if self._has_schema():
             return
         # Switching to WAL needs an exclusive lock, and SQLite refuses it at once (no busy wait) while
         # a second opener is creating tables, so first openers take turns on a lock file.
-        with exclusive_lock(self.path.with_name(self.path.name + ".init.lock")):
+        with exclusive_lock(self._init_lock):
             if self._has_schema():
                 return
-            with self._connect() as db:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
+            self._create(why="missing" if not self.path.exists() else "empty")
+
+    def _create(self, why: str, salvage_from: Path | None = None) -> None:
+        """Tables, and the runs of the run directories: a missing or empty state.db (deleted, or
+        left empty by a crash) must not hide the runs that exist. Rows still readable in a damaged
+        copy (`salvage_from`) come first: they know more (pids, causes) than the directories.
+        Call under the init lock."""
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                if salvage_from is not None:
+                    saved = _salvage(db, salvage_from)
+                    if saved:
+                        self._note(f"{len(saved)} run(s) were still readable in the damaged copy and kept: {', '.join(saved)}.")
+                rebuilt = _rebuild(db, self.runs_dir)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        if rebuilt:
+            self._note(f"state.db was {why}; {len(rebuilt)} run(s) were rebuilt from {self.runs_dir}: {', '.join(rebuilt)}.")
+
+    def _recover(self, exc: sqlite3.Error) -> None:
+        """Move a damaged state.db (and its WAL files) aside and rebuild it; another process may
+        have done so already, which is checked under the init lock."""
+        with exclusive_lock(self._init_lock):
+            if not self.path.is_dir():
+                try:
+                    if self._has_schema() and self._sound():
+                        return  # repaired meanwhile by another process
+                except sqlite3.Error:
+                    pass
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            aside = self.path.with_name(f"{self.path.stem}.damaged-{stamp}-{time.time_ns() % 10**6:06d}{self.path.suffix}")
+            self.path.replace(aside)
+            for suffix in ("-wal", "-shm"):
+                extra = self.path.with_name(self.path.name + suffix)
+                if extra.exists():
+                    extra.replace(aside.with_name(aside.name + suffix))
+            reason = "a directory" if aside.is_dir() else str(exc)
+            self._note(f"state.db was damaged ({reason}); it was kept as {aside} (nothing was deleted).")
+            self._create(why="damaged", salvage_from=None if aside.is_dir() else aside)
+
+    def _sound(self) -> bool:
+        with self._connect() as db:
+            return db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+    def _note(self, text: str) -> None:
+        log.warning("%s", text)
+        self.notes.append(text)
+
+    def _unusable(self, exc: sqlite3.Error) -> UserError:
+        what = "busy: another process holds it locked" if "locked" in str(exc) else str(exc)
+        return UserError(
+            f"The run registry {self.path} could not be used ({what}). Runs and their files are safe in "
+            f"{self.runs_dir}. Try again; if it persists, check the file's permissions and free disk space."
+        )
 
     def _has_schema(self) -> bool:
         with self._connect() as db:
@@ -184,26 +293,42 @@ class Registry:
             db.execute("COMMIT")
 
     # --- runs ------------------------------------------------------------------------------
+    @_guarded
     def create_run(self, record: RunRecord, cause: str | None = None) -> None:
         data = record.model_dump(mode="json")
         columns = ", ".join(data)
         marks = ", ".join("?" for _ in data)
         with self._write() as db:
+            # A row rebuilt from the run directory (state.db was recreated while this run was being
+            # started) is a guess; the run's own record replaces it.
+            db.execute("DELETE FROM runs WHERE run_id = ? AND cause LIKE ?", (record.run_id, REBUILT_CAUSE + "%"))
             db.execute(f"INSERT INTO runs ({columns}) VALUES ({marks})", tuple(data.values()))
             _event(db, record.run_id, "run", record.state, cause, record.created_at)
 
+    @_guarded
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._connect() as db:
             row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return RunRecord.model_validate(dict(row)) if row else None
+        if row is None:
+            return None
+        try:
+            return RunRecord.model_validate(dict(row))
+        except ValidationError as exc:
+            raise DamagedState(
+                f"The registry row of run {run_id!r} is damaged ({_first_error(exc)}). Its files are intact in "
+                f"{self.runs_dir / run_id}; read them with the run's resources, or move state.db aside to rebuild it."
+            ) from None
 
+    @_guarded
     def list_runs(self, states: frozenset[RunState] | None = None) -> list[RunRecord]:
-        """Runs newest first (optionally only those in `states`)."""
+        """Runs newest first (optionally only those in `states`); a damaged row is noted and skipped."""
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC").fetchall()
-        runs = [RunRecord.model_validate(dict(row)) for row in rows]
+            rows = db.execute("SELECT * FROM runs ORDER BY rowid DESC").fetchall()
+        runs = self._valid_rows(rows, RunRecord, lambda row: f"Run {row['run_id']!r}")
+        runs.sort(key=lambda r: r.created_at, reverse=True)  # stable: equal times stay newest row first
         return [r for r in runs if states is None or r.state in states]
 
+    @_guarded
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set plain fields of a run (ports, supervisor pid, W&B url). Never the state."""
         unknown = set(fields) - _RUN_FIELDS | ({"state", "cause"} & set(fields))
@@ -214,6 +339,7 @@ class Registry:
         with self._write() as db:
             db.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", (*fields.values(), run_id))
 
+    @_guarded
     def transition(self, run_id: str, new: RunState, cause: str | None = None) -> bool:
         """Move a run to `new` if its current state allows it; False if it did not.
 
@@ -247,6 +373,7 @@ class Registry:
         return ports
 
     # --- processes -------------------------------------------------------------------------
+    @_guarded
     def set_process(self, run_id: str, name: str, cause: str | None = None, **fields: Any) -> None:
         """Insert or update one process row; a change of `state` is also recorded as an event."""
         unknown = set(fields) - _PROCESS_FIELDS
@@ -268,6 +395,7 @@ class Registry:
             if "state" in fields:
                 _event(db, run_id, name, ProcState(fields["state"]), cause, now)
 
+    @_guarded
     def ended_runs_with_live_processes(self) -> list[str]:
         """Ended runs with a process still recorded as starting or running (an interrupted clean-up)."""
         with self._connect() as db:
@@ -277,30 +405,54 @@ class Registry:
             ).fetchall()
         return [row[0] for row in rows]
 
+    @_guarded
     def processes(self, run_id: str) -> list[ProcessRecord]:
         with self._connect() as db:
             rows = db.execute("SELECT * FROM run_processes WHERE run_id = ?", (run_id,)).fetchall()
-        return [ProcessRecord.model_validate(dict(row)) for row in rows]
+        return self._valid_rows(rows, ProcessRecord, lambda row: f"Process {row['name']!r} of run {run_id!r}")
+
+    def _valid_rows(self, rows: list[sqlite3.Row], model: type[M], name: Callable[[sqlite3.Row], str]) -> list[M]:
+        """The rows that read as `model`; each other one is noted (by `name`) and skipped."""
+        records = []
+        for row in rows:
+            try:
+                records.append(model.model_validate(dict(row)))
+            except ValidationError as exc:
+                self._note(f"{name(row)} was skipped: its registry row is damaged ({_first_error(exc)}).")
+        return records
 
     # --- events and status checks ----------------------------------------------------------
+    @_guarded
     def record_event(self, run_id: str, subject: str, state: str, cause: str | None = None) -> None:
         """An event that changes no state (e.g. a held process released)."""
         with self._write() as db:
             _event(db, run_id, subject, state, cause, time.time())
 
+    @_guarded
     def events(self, run_id: str) -> list[EventRecord]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT run_id, time, subject, state, cause FROM run_events WHERE run_id = ? ORDER BY id",
                 (run_id,),
             ).fetchall()
-        return [EventRecord.model_validate(dict(row)) for row in rows]
+        events = []
+        for row in rows:
+            try:
+                events.append(EventRecord.model_validate(dict(row)))
+            except ValidationError:
+                continue  # history only; the run's state is in its own row
+        return events
 
+    @_guarded
     def last_check(self, run_id: str) -> StatusCheck | None:
         with self._connect() as db:
             row = db.execute("SELECT * FROM run_status_checks WHERE run_id = ?", (run_id,)).fetchone()
-        return StatusCheck.model_validate(dict(row)) if row else None
+        try:
+            return StatusCheck.model_validate(dict(row)) if row else None
+        except ValidationError:
+            return None  # a damaged rate-limit record: the check is simply not rate-limited
 
+    @_guarded
     def record_check(self, run_id: str, state: RunState, when: float) -> None:
         with self._write() as db:
             db.execute(
@@ -320,4 +472,148 @@ def _event(db: sqlite3.Connection, run_id: str, subject: str, state: str, cause:
 def registry_for(settings: Settings) -> Registry:
     """The registry of a state directory (created on first use)."""
     settings.ensure_home()
-    return Registry(settings.state_db)
+    return Registry(settings.state_db, settings.runs_dir)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']} (got {clip(err.get('input'), 60)})"
+
+
+# --- rebuilding from the run directories ---------------------------------------------------
+def _salvage(db: sqlite3.Connection, damaged: Path) -> list[str]:
+    """Copy the rows that still read back from a damaged database; returns the run ids kept."""
+    saved: list[str] = []
+    try:
+        old = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return saved
+    try:
+        old.row_factory = sqlite3.Row
+        for table, model in (("runs", RunRecord), ("run_processes", ProcessRecord)):
+            try:
+                rows = old.execute(f"SELECT * FROM {table}").fetchall()
+            except sqlite3.Error:
+                continue  # this table is unreadable; the run directories fill in
+            for row in rows:
+                try:
+                    data = model.model_validate(dict(row)).model_dump(mode="json")
+                except ValidationError:
+                    continue
+                db.execute(
+                    f"INSERT OR IGNORE INTO {table} ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})",
+                    tuple(data.values()),
+                )
+                if table == "runs":
+                    saved.append(data["run_id"])
+    finally:
+        old.close()
+    return saved
+
+
+REBUILT_CAUSE = "rebuilt from the run directory after state.db was lost or damaged"
+# trainer_status.json phases that say how a run ended.
+_ENDED_BY_PHASE = {"done": RunState.COMPLETED, "failed": RunState.FAILED, "stopped": RunState.STOPPED}
+
+
+def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
+    """Insert a row for every run directory not in the table; returns their run ids."""
+    if not runs_dir.is_dir():
+        return []
+    known = {row[0] for row in db.execute("SELECT run_id FROM runs")}
+    rebuilt = []
+    for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in known):
+        if not (run_dir / "run.yaml").exists():
+            continue
+        record = run_record_from_dir(run_dir)
+        data = record.model_dump(mode="json")
+        db.execute(f"INSERT INTO runs ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})", tuple(data.values()))
+        _event(db, record.run_id, "run", record.state, record.cause, time.time())
+        rebuilt.append(record.run_id)
+    return rebuilt
+
+
+def run_record_from_dir(run_dir: Path) -> RunRecord:
+    """A run's registry row as far as its directory tells: run.yaml (environment, backend, ports,
+    W&B), trainer_status.json (how it ended) and a live supervisor of it (if it is still going)."""
+    from mcp_rl.metrics.store import TRAINER_STATUS_FILE
+    from mcp_rl.runconfig import RunConfig
+    from mcp_rl.supervisor.tail import read_json
+
+    run_dir = run_dir.resolve()
+    config_path = run_dir / "run.yaml"
+    created = _first_written(run_dir)
+    fields: dict[str, Any] = {"environment": "unknown", "backend": "unknown"}
+    problems = []
+    try:
+        config = RunConfig.load(config_path)
+        wandb = config.trainer.wandb
+        fields.update(
+            environment=config.environment.name,
+            backend=config.trainer.backend,
+            api_port=config.ports.api,
+            inference_port=config.ports.inference,
+            wandb_project=wandb.project if wandb.enabled else None,
+            wandb_run_name=str(config.env.get("wandb_name")) if config.env.get("wandb_name") else None,
+        )
+    except Exception as exc:  # any damage of run.yaml: the run is still listed, with the reason
+        problems.append(f"run.yaml is unreadable: {clip_message(str(exc), 200)}")
+    status = read_json(run_dir / TRAINER_STATUS_FILE) or {}
+    phase = status.get("phase") if isinstance(status.get("phase"), str) else None
+    step = status.get("step") if isinstance(status.get("step"), int) else None
+    heartbeat = status.get("heartbeat") if isinstance(status.get("heartbeat"), (int, float)) else None
+    supervisor = _live_supervisor(run_dir)
+    ended_at: float | None = None
+    if phase in _ENDED_BY_PHASE:
+        state = _ENDED_BY_PHASE[phase]
+        cause = f"{REBUILT_CAUSE}; the trainer recorded phase {phase!r}"
+        if state == RunState.FAILED and isinstance(status.get("error"), str):
+            cause += f": {status['error']}"
+        ended_at = float(heartbeat) if heartbeat else created
+    elif supervisor is not None:
+        state = RunState.RUNNING if phase else RunState.STARTING
+        cause = f"{REBUILT_CAUSE}; its supervisor (pid {supervisor[0]}) is still running"
+    else:
+        state = RunState.FAILED
+        last = f" (last trainer phase {phase!r}, step {step})" if phase else ""
+        cause = f"{REBUILT_CAUSE}; how it ended was not recorded and no supervisor of it is running{last}"
+        ended_at = float(heartbeat) if heartbeat else created
+    if problems:
+        cause += "; " + "; ".join(problems)
+    return RunRecord(
+        run_id=run_dir.name,
+        state=state,
+        cause=cause,
+        created_at=created,
+        updated_at=time.time(),
+        running_at=None if state == RunState.STARTING else created,
+        ended_at=ended_at if state in TERMINAL_STATES else None,
+        run_dir=str(run_dir),
+        config_path=str(config_path),
+        supervisor_pid=supervisor[0] if supervisor else None,
+        supervisor_create_time=supervisor[1] if supervisor else None,
+        **fields,
+    )
+
+
+def _first_written(run_dir: Path) -> float:
+    """When the run started, as near as its files tell (the oldest modification time)."""
+    times = []
+    for path in (run_dir, *run_dir.iterdir(), *(run_dir / "logs").glob("*")):
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    return min(times, default=time.time())
+
+
+def _live_supervisor(run_dir: Path) -> tuple[int, float] | None:
+    """(pid, start time) of a running supervisor of this run: its command line names the run dir."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "mcp_rl.supervisor" in cmdline and str(run_dir) in cmdline:
+            return proc.pid, proc.info["create_time"]
+    return None

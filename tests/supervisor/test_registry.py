@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
 
-from mcp_rl.supervisor.registry import Registry, RunRecord
+import pytest
+
+import mcp_rl.supervisor.registry as registry_module
+from mcp_rl.errors import DamagedState, UserError
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import ProcState, RunState
+from tests.conftest import make_env
+from tests.metrics.rundirs import register, write_run
 
 
 def _record(run_id: str, created_at: float | None = None, state: RunState = RunState.STARTING) -> RunRecord:
@@ -107,3 +115,94 @@ def test_first_openers_racing_on_a_fresh_file_all_get_a_working_registry(tmp_pat
             t.join()
         assert len(Registry(path).list_runs()) == 6 - len(errors)
     assert errors == []
+
+
+# --- a damaged state.db: kept aside, rebuilt from the run directories, never silently emptied ---
+def _home_with_runs(tmp_path: Path) -> tuple[Settings, list[str]]:
+    settings = Settings.from_env(make_env(tmp_path / "home"))
+    settings.ensure_home()
+    write_run(settings, "done1", 3)
+    write_run(settings, "live1", 2, state="running")
+    return settings, ["done1", "live1"]
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "garbage":
+        path.write_bytes(b"this is not a database\n" * 200)
+    elif how == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+        (path / "x").write_text("y")
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "deleted":
+        path.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated", "directory", "empty", "deleted"])
+def test_a_damaged_state_db_is_kept_aside_and_rebuilt_from_the_run_dirs(tmp_path: Path, how: str) -> None:
+    settings, run_ids = _home_with_runs(tmp_path)
+    db = sqlite3.connect(settings.state_db)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # fold the WAL in, as after a clean close
+    db.close()
+    original = settings.state_db.read_bytes()
+    _damage(settings.state_db, how)
+    reg = registry_for(settings)
+    runs = {r.run_id: r for r in reg.list_runs()}
+    assert sorted(runs) == run_ids
+    # done1's trainer said "done"; live1 has no supervisor running, so it cannot be running.
+    assert runs["done1"].state == RunState.COMPLETED
+    assert runs["live1"].state == RunState.FAILED and "no supervisor of it is running" in runs["live1"].cause
+    assert runs["done1"].environment == "toy" and runs["done1"].backend == "local"
+    assert any("rebuilt" in note for note in reg.notes), reg.notes
+    aside = sorted(p for p in settings.home.glob("state.damaged-*") if not p.name.endswith(("-wal", "-shm")))
+    if how in ("garbage", "truncated", "directory"):
+        assert len(aside) == 1 and any("kept as" in note for note in reg.notes)
+        if how == "truncated":
+            assert aside[0].read_bytes() == original[: len(original) // 2]
+    else:
+        assert aside == []
+    # The rebuilt registry works as before, and a second opener finds nothing to repair.
+    reg.transition("live1", RunState.RUNNING)  # failed stays failed: the state machine holds
+    again = registry_for(settings)
+    assert [r.run_id for r in again.list_runs()] == [r.run_id for r in reg.list_runs()] and again.notes == []
+
+
+def test_one_bad_row_is_reported_and_skipped(tmp_path: Path) -> None:
+    settings, _ = _home_with_runs(tmp_path)
+    db = sqlite3.connect(settings.state_db, isolation_level=None)
+    db.execute("UPDATE runs SET state = 'exploded', created_at = 'yesterday' WHERE run_id = 'done1'")
+    db.close()
+    reg = registry_for(settings)
+    assert [r.run_id for r in reg.list_runs()] == ["live1"]
+    assert len(reg.notes) == 1 and "done1" in reg.notes[0] and "state" in reg.notes[0]
+    with pytest.raises(DamagedState, match="registry row of run 'done1' is damaged"):
+        reg.get_run("done1")
+
+
+def test_a_row_rebuilt_while_its_run_was_being_started_gives_way_to_the_real_one(tmp_path: Path) -> None:
+    settings = Settings.from_env(make_env(tmp_path / "home"))
+    write_run(settings, "r1", 2, state=None)  # run.yaml written, the row not created yet
+    reg = registry_for(settings)  # a fresh state.db: r1 is rebuilt (failed: no supervisor)
+    assert reg.get_run("r1").state == RunState.FAILED
+    register(settings, "r1", settings.runs_dir / "r1", "starting")
+    assert reg.get_run("r1").state == RunState.STARTING
+
+
+def test_a_state_db_that_stays_unusable_says_so_in_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings, _ = _home_with_runs(tmp_path)
+    reg = registry_for(settings)
+    holder = sqlite3.connect(settings.state_db, timeout=0, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(registry_module, "BUSY_TIMEOUT_MS", 100)
+    try:
+        with pytest.raises(UserError, match="could not be used .*busy.*Runs and their files are safe"):
+            reg.transition("live1", RunState.FAILED, "x")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
