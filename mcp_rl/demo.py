@@ -102,7 +102,6 @@ def server_env(home: Path, model: Path) -> dict[str, str]:
         MCP_RL_MODEL=str(model),
         # The demo polls every second to draw its progress bar; agents are rate-limited instead.
         MCP_RL_STATUS_MIN_INTERVAL="0",
-        HF_HUB_OFFLINE="1",
         WANDB_MODE="disabled",
     )
     return env

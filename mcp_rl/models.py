@@ -113,7 +113,6 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     The GGUF-loaded model refuses `save_pretrained`, so its de-quantised weights are copied into a
     fresh model built from the same config (without the quantization entry).
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

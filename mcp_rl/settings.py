@@ -182,13 +182,12 @@ class Settings(BaseModel):
     def child_env(self, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
         """Environment for a child process: the parent's, our settings, and secrets by name only.
 
-        Secrets travel here and nowhere else (never argv). Hub access is switched off because
-        nothing may be downloaded at run time.
+        Secrets travel here and nowhere else (never argv). The user's own hub settings
+        (HF_HUB_OFFLINE, HF_TOKEN, ...) pass through unchanged: users' machines reach the Hugging
+        Face hub, so offline mode is never forced on them (tests set it themselves).
         """
         env = dict(os.environ if base is None else base)
         env["MCP_RL_HOME"] = str(self.home)
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env["PYTHONUNBUFFERED"] = "1"
         if not self.wandb_enabled:

@@ -1,17 +1,48 @@
-"""Shared test fixtures: a fresh state directory per test and settings pointing at it."""
+"""Shared test fixtures: a fresh state directory per test and settings pointing at it.
+
+Tiers: `pytest` runs the fast tier (no model, no training; `addopts` deselects `slow` and
+`live`); `pytest -m slow` runs the end-to-end tier; `pytest -m live` the opt-in tests against the
+real paid services (skipped without keys). Every test has a timeout (pyproject: fast; the slow
+tier gets `SLOW_TIMEOUT_S`).
+"""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
-import pytest
+# Tests are offline (this machine and CI have no hub access). Set here, once, before any test
+# module imports huggingface_hub, transformers or datasets, which read these at import time. The
+# product itself never forces offline mode on users.
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ[_name] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from mcp_rl.settings import Settings
+import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from mcp_rl.settings import Settings  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
+# Stands in for MCP_RL_MODEL in tests that did not ask for the model: resolving "default" then
+# fails at once with a clear error instead of silently converting the model into a test home.
+NO_MODEL = FIXTURES / "no-model-requested-use-the-model_dir-fixture"
+SLOW_TIMEOUT_S = 900
+
+_converted_model: Path | None = None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            # End-to-end tests load the model and train: they get it, and a longer timeout.
+            if "model_dir" not in item.fixturenames:
+                item.fixturenames.append("model_dir")
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture
@@ -29,24 +60,41 @@ def home(tmp_path: Path) -> Path:
 def make_env(home: Path, **extra: str) -> dict[str, str]:
     """Environment variables for a server or child under test: only what we choose.
 
-    MCP_RL_MODEL is passed on, so every test home uses the one converted default model
-    (see `_shared_default_model`) instead of converting it again.
+    MCP_RL_MODEL is the converted default model in tests that asked for it (`model_dir`), so
+    every test home shares one conversion; elsewhere it points nowhere (`NO_MODEL`).
     """
-    env = {"MCP_RL_HOME": str(home), "MCP_RL_STATUS_MIN_INTERVAL": "0", "HF_HUB_OFFLINE": "1"}
-    if os.environ.get("MCP_RL_MODEL"):
-        env["MCP_RL_MODEL"] = os.environ["MCP_RL_MODEL"]
+    env = {
+        "MCP_RL_HOME": str(home),
+        "MCP_RL_STATUS_MIN_INTERVAL": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "MCP_RL_MODEL": os.environ.get("MCP_RL_MODEL") or str(NO_MODEL),
+    }
     env.update(extra)
     return env
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _shared_default_model() -> None:
-    """Convert the embedded default model once (in the real state dir) and share it with all tests."""
-    if os.environ.get("MCP_RL_MODEL"):
-        return
+@pytest.fixture(scope="session")
+def _default_model_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded default model, converted once per test session into a temporary home.
+
+    A developer may point MCP_RL_MODEL at a converted folder to skip the conversion (~20 s).
+    """
+    given = os.environ.get("MCP_RL_MODEL")
+    if given:
+        return Path(given)
     from mcp_rl.models import resolve_model
 
-    os.environ["MCP_RL_MODEL"] = str(resolve_model(Settings.from_env(), "default"))
+    home = tmp_path_factory.mktemp("model-home")
+    return resolve_model(Settings.from_env({"MCP_RL_HOME": str(home)}), "default")
+
+
+@pytest.fixture
+def model_dir(_default_model_session: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Opt in to the real model: MCP_RL_MODEL names it for this test and its children."""
+    monkeypatch.setenv("MCP_RL_MODEL", str(_default_model_session))
+    yield _default_model_session
 
 
 @pytest.fixture

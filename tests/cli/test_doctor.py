@@ -21,7 +21,7 @@ def by_name(report) -> dict:
     return {c.name: c for c in report.checks}
 
 
-def test_clean_machine_is_ready_offline(home: Path) -> None:
+def test_clean_machine_is_ready_offline(home: Path, model_dir: Path) -> None:
     checks = by_name(run_checks(make_env(home), offline=True))
     assert checks["python"].status == Status.OK
     assert checks["packages (core)"].status == Status.OK and "mcp 2.3.0" in checks["packages (core)"].detail
@@ -88,7 +88,7 @@ def test_busy_http_port_is_a_warning() -> None:
     assert check.status == Status.WARN and "--port" in check.fix
 
 
-def test_cli_exit_code_and_no_secret_in_output(home: Path) -> None:
+def test_cli_exit_code_and_no_secret_in_output(home: Path, model_dir: Path) -> None:
     env = make_env(home, TINKER_API_KEY="sk-secret-never-shown", MCP_RL_TOKEN="tok-never-shown")
     env["PATH"] = os.environ.get("PATH", "")
     done = subprocess.run([sys.executable, "-m", "mcp_rl", "doctor", "--offline"], env=env, cwd=REPO,

@@ -53,8 +53,8 @@ def test_a_finished_conversion_is_reused(tmp_path: Path) -> None:
     assert resolve_model(settings_for(tmp_path), "default") == target
 
 
-def test_the_shared_default_is_a_standard_folder() -> None:
-    folder = Path(os.environ["MCP_RL_MODEL"])
+def test_the_shared_default_is_a_standard_folder(model_dir: Path) -> None:
+    folder = model_dir
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         assert (folder / name).is_file(), name
 

@@ -3,7 +3,6 @@ previous one, gives what a cold prefill gives, and is never used across a weight
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,10 @@ TURN_2 = "At turn 1, you guessed 5, and the target number is higher than 5.\n"
 
 
 @pytest.fixture(scope="module")
-def backend():
+def backend(_default_model_session: Path):
     from mcp_rl.trainer.backends.local import LocalBackend
 
-    return LocalBackend(Path(os.environ["MCP_RL_MODEL"]), lora_rank=4)
+    return LocalBackend(_default_model_session, lora_rank=4)
 
 
 def tokens(backend, text: str) -> list[int]:
@@ -39,6 +38,7 @@ def test_shared_prefix():
     assert shared_prefix([7, 8], [7, 8]) == 2
 
 
+@pytest.mark.slow  # loads the model
 def test_extending_a_cached_prompt_reuses_it_and_samples_as_a_cold_prefill(backend):
     short = tokens(backend, INSTRUCTIONS)
     long = tokens(backend, INSTRUCTIONS + TURN_2 + "Enter your next guess.<|im_end|>\n<|im_start|>assistant\n")
@@ -61,6 +61,7 @@ def test_extending_a_cached_prompt_reuses_it_and_samples_as_a_cold_prefill(backe
     assert all(s.tokens == cold.tokens for s in samples)
 
 
+@pytest.mark.slow  # loads the model
 def test_a_weight_change_invalidates_every_cached_prompt(backend):
     prompt = tokens(backend, INSTRUCTIONS + TURN_2)
     backend.prompt_cache = PromptCache()
