@@ -16,11 +16,11 @@ from pathlib import Path
 
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import processes
+from mcp_rl import processes
 from mcp_rl.supervisor.launch import build_specs
 from mcp_rl.supervisor.ports import allocate_ports
 from mcp_rl.supervisor.registry import Registry
-from mcp_rl.supervisor.states import RunState
+from mcp_rl.supervisor.states import RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy, RunSupervisor
 
 log = logging.getLogger("mcp_rl.supervisor")
@@ -59,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         # Nothing was started; a run already being stopped simply ends stopped.
         registry.transition(run_id, RunState.STOPPED, "stopped on request; nothing had started")
         raise
+    row = registry.get_run(run_id)
     supervisor = RunSupervisor(
         run_id=run_id,
+        marker=run_marker(row.run_dir) if row else None,
         registry=registry,
         specs=specs,
         trainer_status_path=config.paths.trainer_status,

@@ -99,6 +99,21 @@ class StopResult(BaseModel):
     was_running: bool = Field(description="False when the run had already ended (nothing was done).")
     processes_left: list[int] = Field(default_factory=list, description="pids of the run still alive (should be empty).")
     ports_in_use: list[int] = Field(default_factory=list, description="ports of the run still held (should be empty).")
+    left_alone: list[str] = Field(
+        default_factory=list,
+        description="Processes at a recorded pid that could not be proven to be the run's: never signalled.",
+    )
+
+
+class Cleanup(BaseModel):
+    """What ending a run's leftover processes did."""
+
+    ended: list[int] = Field(default_factory=list, description="pids of the run that were signalled and ended.")
+    still_alive: list[int] = Field(default_factory=list, description="pids of the run still alive after SIGKILL.")
+    left_alone: list[str] = Field(
+        default_factory=list,
+        description="Processes at a recorded pid that could not be proven to be the run's, so were never signalled.",
+    )
 
 
 class ReconcileReport(BaseModel):

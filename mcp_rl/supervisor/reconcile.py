@@ -13,10 +13,10 @@ import threading
 import time
 
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import processes
-from mcp_rl.supervisor.models import ReconcileReport
+from mcp_rl import processes
+from mcp_rl.supervisor.models import Cleanup, ReconcileReport
 from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
-from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, ProcState, RunState
+from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
 
 log = logging.getLogger(__name__)
@@ -25,19 +25,42 @@ log = logging.getLogger(__name__)
 LAUNCH_WINDOW_S = 60.0
 
 
-def end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str) -> None:
+def end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str) -> Cleanup:
     """End the process groups of a run whose supervisor is gone: env, trainer, API, then the
-    supervisor's own group in case it is wedged."""
+    supervisor's own group in case it is wedged. Only processes proven to be the run's (pid,
+    start time and the run's marker) are signalled; the others are left alone and named."""
+    marker = run_marker(run.run_dir)
+    cleanup = Cleanup()
     by_name = {p.name: p for p in registry.processes(run.run_id)}
-    for name in reversed(PROCESS_NAMES):
-        proc = by_name.get(name)
-        if proc is None or not proc.pid:
+    targets = [(name, by_name[name]) for name in reversed(PROCESS_NAMES) if name in by_name and by_name[name].pid]
+    for name, proc in targets:
+        if proc.state not in (ProcState.STARTING, ProcState.RUNNING) and not processes.is_alive(proc.pid, proc.create_time):
             continue
-        if proc.state in (ProcState.STARTING, ProcState.RUNNING) or processes.is_alive(proc.pid, proc.create_time):
-            code = processes.stop_group(proc.pid, proc.pgid, proc.create_time, policy.grace_for(name))
-            registry.set_process(run.run_id, name, cause=cause, state=ProcState.STOPPED, exit_code=code, ended_at=time.time())
-    if run.supervisor_pid and processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
-        processes.stop_group(run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, policy.stop_grace_s)
+        ended = processes.stop(proc.pid, proc.pgid, proc.create_time, marker, policy.grace_for(name))
+        if not ended.proven:
+            _left_alone(registry, run, cleanup, name, proc.pid, ended.note)
+            continue
+        cleanup.ended.extend(ended.signalled)
+        cleanup.still_alive.extend(ended.left)
+        if not ended.left:
+            registry.set_process(
+                run.run_id, name, cause=cause, state=ProcState.STOPPED, exit_code=ended.exit_code, ended_at=time.time()
+            )
+    if run.supervisor_pid:
+        ended = processes.stop(
+            run.supervisor_pid, run.supervisor_pid, run.supervisor_create_time, marker, policy.stop_grace_s
+        )
+        if not ended.proven:
+            _left_alone(registry, run, cleanup, "supervisor", run.supervisor_pid, ended.note)
+        cleanup.ended.extend(ended.signalled)
+        cleanup.still_alive.extend(ended.left)
+    return cleanup
+
+
+def _left_alone(registry: Registry, run: RunRecord, cleanup: Cleanup, name: str, pid: int, why: str) -> None:
+    note = f"{name} pid {pid} could not be proven to be this run's ({why}); left alone"
+    cleanup.left_alone.append(note)
+    registry.record_event(run.run_id, name, "left alone", note)
 
 
 def supervisor_gone(run: RunRecord, now: float) -> bool:

@@ -8,7 +8,6 @@ is left.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import sys
@@ -18,10 +17,12 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from mcp_rl.errors import LaunchError, NotFound, UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import processes
+from mcp_rl import processes
 from mcp_rl.supervisor.models import (
     ProcessStatus,
     RunList,
@@ -41,6 +42,7 @@ from mcp_rl.supervisor.states import (
     TERMINAL_STATES,
     ProcState,
     RunState,
+    run_marker,
 )
 from mcp_rl.supervisor.supervisor import Policy
 from mcp_rl.supervisor.tail import last_json_line, read_json, tail_lines
@@ -167,7 +169,9 @@ def _validate(config: RunConfig, settings: Settings) -> None:
 def _launch_supervisor(settings: Settings, registry: Registry, run_id: str, run_dir: Path) -> None:
     argv = [sys.executable, "-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
     try:
-        popen = processes.spawn(argv, run_dir / "logs" / "supervisor.log", settings.child_env(), cwd=run_dir)
+        popen = processes.spawn(
+            argv, run_dir / "logs" / "supervisor.log", settings.child_env(), cwd=run_dir, marker=run_marker(str(run_dir))
+        )
     except OSError as exc:
         registry.transition(run_id, RunState.FAILED, f"could not start the run supervisor: {exc}")
         raise LaunchError(f"could not start the run supervisor: {exc}") from exc
@@ -354,31 +358,47 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
         run = _get_run(registry, run_id)
         if run.state in TERMINAL_STATES:
             return _already_ended(run)
-    if processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
+    marker = run_marker(run.run_dir)
+    supervisor = processes.prove(run.supervisor_pid, run.supervisor_create_time, marker)
+    if supervisor.alive and supervisor.process is not None:
+        # A frozen supervisor cannot act on SIGTERM until continued.
+        processes.continue_if_frozen(supervisor)
         try:
-            os.kill(run.supervisor_pid, signal.SIGTERM)  # type: ignore[arg-type]
-        except ProcessLookupError:
+            supervisor.process.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
             pass
         deadline = time.monotonic() + policy.total_stop_s() + 5.0
-        while time.monotonic() < deadline:
+
+        def ended() -> bool:
             current = registry.get_run(run.run_id)
-            if current is not None and current.state in TERMINAL_STATES:
-                break
-            if not processes.is_alive(run.supervisor_pid, run.supervisor_create_time):
-                break
-            time.sleep(0.1)  # polling the registry for the supervisor's final transition
-    end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
+            return (current is not None and current.state in TERMINAL_STATES) or not processes.is_alive(
+                run.supervisor_pid, run.supervisor_create_time
+            )
+
+        processes.wait_until(ended, deadline)
+    cleanup = end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
+    left_alone = cleanup.left_alone
     registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no process left")
+    return _stop_result(registry, run.run_id, left_alone)
+
+
+def _stop_result(registry: Registry, run_id: str, left_alone: list[str]) -> StopResult:
     final = _get_run(registry, run_id)
-    left = [p.pid for p in registry.processes(run.run_id) if p.pid and processes.is_alive(p.pid, p.create_time)]
+    marker = run_marker(final.run_dir)
+    left = [p.pid for p in registry.processes(run_id) if p.pid and processes.prove(p.pid, p.create_time, marker).alive]
     ports = [p for p in (final.api_port, final.inference_port) if p and not port_is_free(p)]
-    message = f"Run {run.run_id} {final.state}."
+    message = f"Run {run_id} {final.state}."
     if left or ports:
         message += f" Still alive: pids {left}; ports in use: {ports}."
-    else:
+    elif not left_alone:
         message += " No process of the run is left and its ports are released."
+    else:
+        message += " No process proven to be the run's is left."
+    if left_alone:
+        message += " " + " ".join(f"{note}." for note in left_alone)
     return StopResult(
-        run_id=run.run_id, status=final.state, was_running=True, message=message, processes_left=left, ports_in_use=ports
+        run_id=run_id, status=final.state, was_running=True, message=message, processes_left=left,
+        ports_in_use=ports, left_alone=left_alone,
     )
 
 

@@ -51,3 +51,13 @@ class ProcState(StrEnum):
 PROCESS_NAMES = ("api", "trainer", "env")
 # Log files of a run: the three processes plus the supervisor's own.
 LOG_NAMES = (*PROCESS_NAMES, "supervisor")
+
+
+def run_marker(run_dir: str) -> str:
+    """The marker every process of a run carries in its environment (`MCP_RL_MARKER`).
+
+    Its run folder: unique per run and per state directory. A process is signalled as the run's
+    only when it carries this marker and its recorded pid and start time match.
+    """
+    return f"run:{run_dir}"  # = mcp_rl.processes.marker_for("run", run_dir); states.py stays stdlib-only
+

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from mcp_rl.supervisor import processes
+from mcp_rl import processes
 from mcp_rl.supervisor.readiness import Outcome, Probe, wait_ready
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState
@@ -123,6 +123,8 @@ class RunSupervisor:
     trainer_status_path: Path
     policy: Policy = field(default_factory=Policy)
     stop_signal: threading.Event = field(default_factory=threading.Event)
+    # Carried by every process of the run (see states.run_marker): what proves them ours.
+    marker: str | None = None
     clock: Callable[[], float] = time.time
     _procs: dict[str, _Running] = field(default_factory=dict)
     _api_last_ok: float = 0.0
@@ -197,7 +199,7 @@ class RunSupervisor:
         return None
 
     def _spawn(self, spec: ProcessSpec) -> _Running:
-        popen = processes.spawn(spec.argv, spec.log_path, spec.env, spec.cwd)
+        popen = processes.spawn(spec.argv, spec.log_path, spec.env, spec.cwd, marker=self.marker)
         identity = processes.identify(popen.pid) or processes.ProcessIdentity(popen.pid, popen.pid, self.clock())
         running = _Running(spec=spec, popen=popen, identity=identity)
         self._procs[spec.name] = running
@@ -355,9 +357,14 @@ class RunSupervisor:
             running = self._procs[name]
             if running.ended:
                 continue
-            code = processes.stop_group(
-                running.identity.pid, running.identity.pgid, running.identity.create_time, self.policy.grace_for(name)
+            # Our own children: proven by parenthood (and the marker, when the run has one).
+            ended = processes.stop(
+                running.identity.pid, running.identity.pgid, running.identity.create_time, self.marker,
+                self.policy.grace_for(name),
             )
+            if ended.note:
+                log.warning("run %s: stopping %s: %s", self.run_id, name, ended.note)
+            code = ended.exit_code
             if code is None:
                 code = running.popen.poll()
             running.exit_code, running.ended = code, True

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import processes, service
+from mcp_rl import processes
+from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import RunRecord
-from mcp_rl.supervisor.states import ProcState, RunState
+from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from tests.conftest import REPO, make_env
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
@@ -45,8 +46,9 @@ def add_run(settings: Settings, run_id: str, supervisor: processes.ProcessIdenti
     return run_dir
 
 
-def sleeper(tmp_path: Path, name: str) -> processes.ProcessIdentity:
-    popen = processes.spawn(SLEEPER, tmp_path / f"{name}.log", dict(os.environ))
+def sleeper(tmp_path: Path, name: str, marker: str | None = None) -> processes.ProcessIdentity:
+    """A stand-in process; with the run's marker it is provably the run's."""
+    popen = processes.spawn(SLEEPER, tmp_path / f"{name}.log", dict(os.environ), marker=marker)
     identity = processes.identify(popen.pid)
     assert identity is not None
     return identity
@@ -62,8 +64,9 @@ def test_runs_commands_over_the_shared_state(tmp_path: Path, home: Path, setting
     (done_dir / "logs" / "trainer.log").write_text("".join(f"trainer line {i}\n" for i in range(1, 11)))
     service.registry_for(settings).transition("done01", RunState.COMPLETED, "trainer finished its last step")
 
-    supervisor = sleeper(tmp_path, "supervisor")
-    trainer = sleeper(tmp_path, "trainer")
+    live_marker = run_marker(str(settings.runs_dir / "live01"))
+    supervisor = sleeper(tmp_path, "supervisor", live_marker)
+    trainer = sleeper(tmp_path, "trainer", live_marker)
     add_run(settings, "live01", supervisor=supervisor)
     service.registry_for(settings).set_process("live01", "trainer", state=ProcState.RUNNING, pid=trainer.pid,
                                                pgid=trainer.pgid, create_time=trainer.create_time)

@@ -12,11 +12,12 @@ import pytest
 
 from mcp_rl.errors import NotFound
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import processes, service
+from mcp_rl import processes
+from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry, RunRecord
-from mcp_rl.supervisor.states import ProcState, RunState
+from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
-from tests.supervisor.helpers import wait_for
+from tests.supervisor.helpers import Stranger, wait_for
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 
@@ -45,8 +46,13 @@ def _add_run(settings: Settings, registry: Registry, run_id: str, state: RunStat
     return run_dir
 
 
-def _sleeper(tmp_path: Path, name: str) -> processes.ProcessIdentity:
-    popen = processes.spawn(SLEEPER, tmp_path / f"{name}.log", dict(os.environ))
+def _marker(settings: Settings, run_id: str) -> str:
+    return run_marker(str(settings.runs_dir / run_id))
+
+
+def _sleeper(tmp_path: Path, name: str, marker: str | None = None) -> processes.ProcessIdentity:
+    """A stand-in process of a run: carries the run's marker when given."""
+    popen = processes.spawn(SLEEPER, tmp_path / f"{name}.log", dict(os.environ), marker=marker)
     return processes.identify(popen.pid)
 
 
@@ -134,7 +140,7 @@ def test_reconcile_fails_runs_whose_supervisor_died_and_ends_their_processes(tmp
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "orphan", RunState.RUNNING, supervisor=dead)
-    leftover = _sleeper(tmp_path, "trainer")
+    leftover = _sleeper(tmp_path, "trainer", _marker(settings, "orphan"))
     registry.set_process("orphan", "trainer", state=ProcState.RUNNING, pid=leftover.pid, pgid=leftover.pgid, create_time=leftover.create_time)
     alive_sup = _sleeper(tmp_path, "live-supervisor")
     try:
@@ -157,7 +163,7 @@ def test_stop_without_a_supervisor_ends_the_recorded_groups(tmp_path: Path, sett
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
-    procs = {name: _sleeper(tmp_path, name) for name in ("api", "trainer", "env")}
+    procs = {name: _sleeper(tmp_path, name, _marker(settings, "r1")) for name in ("api", "trainer", "env")}
     for name, ident in procs.items():
         registry.set_process("r1", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
     result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2))
@@ -177,7 +183,7 @@ def test_status_of_a_run_whose_supervisor_died_is_failed_at_once_and_cleanup_fol
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
-    popen = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ))
+    popen = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ), marker=_marker(settings, "r1"))
     wait_for(lambda: processes.identify(popen.pid), 5, "the stubborn trainer")
     trainer = processes.identify(popen.pid)
     registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
@@ -192,7 +198,7 @@ def test_reconcile_ends_processes_left_alive_by_an_ended_run(tmp_path: Path, set
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "r1", RunState.FAILED, supervisor=dead)
-    env = _sleeper(tmp_path, "env")
+    env = _sleeper(tmp_path, "env", _marker(settings, "r1"))
     registry.set_process("r1", "env", state=ProcState.RUNNING, pid=env.pid, pgid=env.pgid, create_time=env.create_time)
     report = service.reconcile(settings, Policy(stop_grace_s=2, trainer_stop_grace_s=2))
     assert report.cleaned == ["r1"] and report.failed == []
@@ -209,3 +215,49 @@ def test_status_takes_accuracy_from_the_environment_metrics(settings: Settings, 
     metrics = service.run_status(settings, "r2").metrics
     assert metrics.percent_correct == 0.625
     assert metrics.reward_mean == 0.5  # the trainer's own value wins
+
+
+def test_stop_never_signals_a_process_it_cannot_prove_is_the_run_s(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    """Issue 18.1: a row whose start time is missing (or whose process lacks the run's marker)
+    once made stop SIGTERM/SIGKILL whatever held that pid, even init. Strangers the test starts
+    (not its children, no marker) stand in for unrelated processes."""
+    strangers = {name: Stranger(tmp_path, name) for name in ("supervisor", "trainer", "env")}
+    api = _sleeper(tmp_path, "api", _marker(settings, "r1"))
+    try:
+        _add_run(settings, registry, "r1", RunState.RUNNING)
+        registry.update_run("r1", supervisor_pid=strangers["supervisor"].pid, supervisor_create_time=None)
+        registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=strangers["trainer"].pid,
+                             pgid=strangers["trainer"].pid, create_time=None)
+        # Start time right, but no marker of the run: still not provably the run's.
+        registry.set_process("r1", "env", state=ProcState.RUNNING, pid=strangers["env"].pid,
+                             pgid=strangers["env"].pid, create_time=strangers["env"].create_time)
+        registry.set_process("r1", "api", state=ProcState.RUNNING, pid=api.pid, pgid=api.pgid, create_time=api.create_time)
+        result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2))
+        assert all(s.untouched() for s in strangers.values()), {n: s.signals() for n, s in strangers.items()}
+        assert not processes.is_alive(api.pid, api.create_time)  # the run's own process was ended
+        assert result.status == RunState.STOPPED and result.processes_left == []
+        for name, stranger in strangers.items():
+            note = next(n for n in result.left_alone if n.startswith(f"{name} pid {stranger.pid}"))
+            assert "could not be proven to be this run's" in note and note.endswith("left alone")
+            assert f"pid {stranger.pid} could not be proven" in result.message
+        assert "No process of the run is left" not in result.message
+        assert {e.subject for e in registry.events("r1") if e.state == "left alone"} == set(strangers)
+    finally:
+        for stranger in strangers.values():
+            stranger.close()
+        processes.stop_group(api.pid, api.pgid, api.create_time, 2)
+
+
+def test_reconcile_leaves_alone_a_recorded_pid_it_cannot_prove(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    stranger = Stranger(tmp_path)
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    try:
+        _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
+        registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=stranger.pid, pgid=stranger.pid, create_time=None)
+        report = service.reconcile(settings, Policy(stop_grace_s=2, trainer_stop_grace_s=2))
+        assert report.failed == ["r1"]
+        assert stranger.untouched(), stranger.signals()
+        assert any(f"pid {stranger.pid} could not be proven" in e.cause for e in registry.events("r1") if e.state == "left alone")
+    finally:
+        stranger.close()
