@@ -8,6 +8,7 @@ down explicitly. Secrets are held as `SecretStr` so an accidental `repr` or log 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,14 +37,22 @@ def _paths(value: str | None) -> list[Path]:
     return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
 
 
+# Bounds of MCP_RL_WATCH_INTERVAL (values outside are clamped to them).
+MIN_WATCH_INTERVAL_S = 0.1
+MAX_WATCH_INTERVAL_S = 3600.0
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as exc:
         raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds, got {raw!r}")
+    return value
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
@@ -87,6 +96,9 @@ class Settings(BaseModel):
     # Every tool call answers within this many seconds (Claude Desktop cancels a call at about
     # 60 s); longer work goes on in the background and the answer names the tool that collects it.
     tool_time_budget_s: float = Field(45.0, gt=0, le=600)
+    # Seconds between the server's looks at the registry and metrics files (change notifications),
+    # bounded: MCP_RL_WATCH_INTERVAL=0 would poll without pause and spin an idle server.
+    watch_interval_s: float = Field(1.0, ge=MIN_WATCH_INTERVAL_S, le=MAX_WATCH_INTERVAL_S)
     # A local Hugging Face model folder to use instead of the embedded default model.
     model_path: Path | None = None
 
@@ -119,6 +131,9 @@ class Settings(BaseModel):
             status_min_interval_s=_float(env, "MCP_RL_STATUS_MIN_INTERVAL", 1800.0),
             introspect_timeout_s=_float(env, "MCP_RL_INTROSPECT_TIMEOUT", 120.0),
             tool_time_budget_s=_float(env, "MCP_RL_TOOL_TIME_BUDGET", 45.0),
+            watch_interval_s=min(
+                max(_float(env, "MCP_RL_WATCH_INTERVAL", 1.0), MIN_WATCH_INTERVAL_S), MAX_WATCH_INTERVAL_S
+            ),
             model_path=Path(model).expanduser().resolve() if model else None,
             tinker_api_key=_secret(env, "TINKER_API_KEY"),
             tinker_base_url=env.get("TINKER_BASE_URL") or None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,8 +39,6 @@ from mcp_rl.server.errors import resource_errors, tool_errors
 log = logging.getLogger(__name__)
 
 RESULTS_ANNOTATIONS = ToolAnnotations(title="Get run results", read_only_hint=True, open_world_hint=True)
-# Seconds between looks at the registry and metrics files (MCP_RL_WATCH_INTERVAL overrides).
-WATCH_INTERVAL_S = 1.0
 _PLOT_CACHE_SIZE = 16
 
 
@@ -207,7 +204,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, on_unsubscribe)
 
     async def watch_runs() -> None:
-        interval = float(os.environ.get("MCP_RL_WATCH_INTERVAL") or WATCH_INTERVAL_S)
+        interval = settings.watch_interval_s
         watch = RunWatch(settings)
         while True:
             try:

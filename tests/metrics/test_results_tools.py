@@ -195,14 +195,14 @@ async def _until_updated(act, next_uri, uri: str, deadline: float = 10.0) -> Non
 
 
 @pytest.mark.anyio
-async def test_listen_hears_a_step_land_and_a_state_change(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_listen_hears_a_step_land_and_a_state_change(settings: Settings) -> None:
     """2026-07-28: subscriptions/listen on rl://runs/{id}."""
     from mcp.client.subscriptions import ResourceUpdated
 
     from mcp_rl.supervisor.registry import Registry
     from mcp_rl.supervisor.states import RunState
 
-    monkeypatch.setenv("MCP_RL_WATCH_INTERVAL", "0.1")
+    settings = settings.model_copy(update={"watch_interval_s": 0.1})
     run_dir = write_run(settings, "live", 3, state="starting")
     uri = "rl://runs/live"
     async with Client(build_server(settings)) as client:
@@ -221,16 +221,14 @@ async def test_listen_hears_a_step_land_and_a_state_change(settings: Settings, m
 
 
 @pytest.mark.anyio
-async def test_legacy_subscribe_hears_a_step_land_and_a_state_change(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_legacy_subscribe_hears_a_step_land_and_a_state_change(settings: Settings) -> None:
     """2025-11-25: resources/subscribe, then notifications/resources/updated on the session."""
     from mcp.types import ResourceUpdatedNotification
 
     from mcp_rl.supervisor.registry import Registry
     from mcp_rl.supervisor.states import RunState
 
-    monkeypatch.setenv("MCP_RL_WATCH_INTERVAL", "0.1")
+    settings = settings.model_copy(update={"watch_interval_s": 0.1})
     run_dir = write_run(settings, "live2", 3, state="starting")
     uri = "rl://runs/live2"
     send, receive = anyio.create_memory_object_stream[str](16)
