@@ -24,25 +24,37 @@ from mcp_rl.settings import Settings
 
 
 def run_json_child(
-    settings: Settings, module: str, args: list[str], *, doing: str, timeout_hint: str, cwd: Path | None = None
+    settings: Settings,
+    module: str,
+    args: list[str],
+    *,
+    doing: str,
+    timeout_hint: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> Any:
-    """Run the child and return its parsed JSON; any failure is a UserError that says `doing`."""
+    """Run the child and return its parsed JSON; any failure is a UserError that says `doing`.
+
+    `env`: the child's environment (default `settings.child_env()`); `timeout_s`: its deadline
+    (default MCP_RL_INTROSPECT_TIMEOUT)."""
+    timeout = settings.introspect_timeout_s if timeout_s is None else timeout_s
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=settings.child_env(),
+        env=settings.child_env() if env is None else env,
         cwd=cwd,
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=settings.introspect_timeout_s)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise UserError(
-            f"{doing} took longer than {settings.introspect_timeout_s:.0f} s. {timeout_hint} "
+            f"{doing} took longer than {timeout:.0f} s. {timeout_hint} "
             "(the deadline is MCP_RL_INTROSPECT_TIMEOUT)."
         ) from None
     if proc.returncode != 0:

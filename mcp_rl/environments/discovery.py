@@ -4,12 +4,20 @@ Environment modules are heavy (they import atroposlib, transformers, datasets) a
 effects at import time, so discovery only parses source: an AST scan for classes that derive from
 `BaseEnv`, directly or through another class of the same file. Importing happens later, in a
 child process, only for the one environment the agent selects (see `introspect`).
+
+Each `MCP_RL_ENV_PATHS` entry is searched recursively (real repositories nest environments:
+`environments/community/<name>/...`), shallow folders first, skipping what never holds an
+environment (VCS data, virtualenvs, node_modules, caches, tests). A depth and a file-count limit
+keep a mistaken entry (a home folder) from stalling the listing; hitting one is reported.
+Names stay the environments' own `name`; when two share one, the shallowest (first found) keeps
+the plain name and every one of them also gets a qualified name (`folder/name`).
 """
 
 from __future__ import annotations
 
 import ast
 import os
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +27,16 @@ from pydantic import BaseModel
 BASE_CLASS = "BaseEnv"
 # Markers of a project root: config_init() of some environments reads files relative to it.
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# Folders that never hold an environment (plus any hidden folder and any virtualenv).
+SKIP_DIRS = frozenset(
+    {"node_modules", "__pycache__", "tests", "test", "site-packages", "dist-packages", "build", "dist"}
+)
+# Files that are never an environment module.
+_SKIP_FILES = frozenset({"setup.py", "conftest.py", "noxfile.py"})
+# Limits per MCP_RL_ENV_PATHS entry. The upstream Atropos environments tree is 4 levels deep
+# with ~700 .py files; these leave room while keeping a mistaken entry from scanning a disk.
+MAX_DEPTH = 8
+MAX_FILES = 5000
 
 
 class EnvironmentInfo(BaseModel):
@@ -33,6 +51,14 @@ class EnvironmentInfo(BaseModel):
     # Config edits applied on select: a virtual entry (a GEM id) is the bundled gem env with
     # its `env_id` preset (see gem_catalog).
     preset: dict[str, Any] | None = None
+    # Set when another environment has the same `name`: `folder/name`, selectable like a name.
+    qualified_name: str | None = None
+    # What to pass to rl_select_environment: the plain name, or the qualified name when the
+    # plain name means another environment (the first one found).
+    select_name: str = ""
+    # Top-level modules imported at module level (absolute imports only), for a static check
+    # of the environment's dependencies without importing it.
+    imports: list[str] = []
 
 
 class ParseProblem(BaseModel):
@@ -43,11 +69,14 @@ class ParseProblem(BaseModel):
 
 
 class DuplicateName(BaseModel):
-    """Two classes claim the same environment name; the first one found wins and this says so."""
+    """Two classes claim the same environment name; the plain name means the first one found."""
 
     name: str
     used: Path
     ignored: list[Path]
+    # Qualified names (selectable) of the one the plain name means and of the others.
+    used_as: str = ""
+    others_as: list[str] = []
 
 
 class Catalog(BaseModel):
@@ -55,16 +84,22 @@ class Catalog(BaseModel):
     problems: list[ParseProblem]
     duplicates: list[DuplicateName]
     searched: list[Path]
+    # Limits reached while searching (depth, file count): what was not searched and why.
+    limits_hit: list[str] = []
 
     def get(self, name: str) -> EnvironmentInfo | None:
+        """By select name (plain or qualified), then by qualified name."""
         for env in self.environments:
-            if env.name == name:
+            if env.select_name == name:
+                return env
+        for env in self.environments:
+            if env.qualified_name == name:
                 return env
         return None
 
     @property
     def names(self) -> list[str]:
-        return [env.name for env in self.environments]
+        return [env.select_name for env in self.environments]
 
 
 @dataclass
@@ -116,10 +151,24 @@ def _name_attribute(cls: ast.ClassDef) -> str | None:
     return None
 
 
+def top_level_imports(tree: ast.Module) -> list[str]:
+    """Top-level package names the module imports unconditionally (module body only: imports
+    inside try/if blocks are optional ones, relative imports are the project's own)."""
+    names: list[str] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            names += [alias.name.split(".")[0] for alias in stmt.names]
+        elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module:
+            names.append(stmt.module.split(".")[0])
+    return sorted(set(names) - {"__future__"})
+
+
 def parse_file(path: Path) -> list[EnvironmentInfo]:
     """Environment classes defined in one file (raises SyntaxError/OSError/ValueError)."""
-    source = path.read_text(encoding="utf-8")
-    tree = ast.parse(source, filename=str(path))
+    data = path.read_bytes()
+    if BASE_CLASS.encode() not in data:
+        return []  # cheap pre-filter: most files of a repository are not environments
+    tree = ast.parse(data.decode("utf-8"), filename=str(path))
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     env_classes: set[str] = set()
     # Fixed point: a class is an environment if a base is BaseEnv or another env class here.
@@ -130,64 +179,172 @@ def parse_file(path: Path) -> list[EnvironmentInfo]:
             if cls.name not in env_classes and any(b == BASE_CLASS or b in env_classes for b in _base_names(cls)):
                 env_classes.add(cls.name)
                 changed = True
+    if not env_classes:
+        return []
     module_doc = _docstring_line(tree)
     root = project_root(path)
+    imports = top_level_imports(tree)
     found = []
     for cls in classes:
         if cls.name not in env_classes:
             continue
+        name = _name_attribute(cls) or path.stem
         found.append(
             EnvironmentInfo(
-                name=_name_attribute(cls) or path.stem,
+                name=name,
                 class_name=cls.name,
                 file_path=path,
                 description=_docstring_line(cls) or module_doc,
                 source_dir=path.parent,
                 project_root=root,
+                select_name=name,
+                imports=imports,
             )
         )
     return found
 
 
-def _candidate_files(folder: Path) -> list[Path]:
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return []
-    return [
-        Path(entry.path).resolve()
-        for entry in entries
-        if entry.name.endswith(".py") and not entry.name.startswith("_") and entry.is_file()
-    ]
+def _skip_dir(entry: os.DirEntry[str]) -> bool:
+    name = entry.name
+    if name.startswith(".") or name in SKIP_DIRS or name.endswith(".egg-info"):
+        return True
+    return os.path.exists(os.path.join(entry.path, "pyvenv.cfg"))  # a virtualenv, whatever its name
+
+
+def _is_candidate(name: str) -> bool:
+    return (
+        name.endswith(".py")
+        and not name.startswith(("_", "test_"))
+        and not name.endswith("_test.py")
+        and name not in _SKIP_FILES
+    )
+
+
+def candidate_files(root: Path, max_depth: int = MAX_DEPTH, max_files: int = MAX_FILES) -> tuple[list[Path], list[str]]:
+    """The .py files under `root` that may hold environments, shallow folders first, and the
+    limits hit (a sentence each)."""
+    files: list[Path] = []
+    limits: list[str] = []
+    queue: deque[tuple[str, int]] = deque([(str(root), 0)])
+    too_deep: list[str] = []
+    while queue:
+        folder, depth = queue.popleft()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if _skip_dir(entry):
+                    continue
+                if depth + 1 > max_depth:
+                    too_deep.append(entry.path)
+                    continue
+                queue.append((entry.path, depth + 1))
+            elif _is_candidate(entry.name):
+                if len(files) >= max_files:
+                    limits.append(
+                        f"Stopped after {max_files} .py files in {root}: the rest were not searched. "
+                        "Point MCP_RL_ENV_PATHS at the folder that holds the environments."
+                    )
+                    return files, limits
+                files.append(Path(entry.path))
+    if too_deep:
+        limits.append(
+            f"Folders deeper than {max_depth} levels under {root} were not searched "
+            f"({len(too_deep)}, e.g. {too_deep[0]}). Add a deeper folder to MCP_RL_ENV_PATHS to include them."
+        )
+    return files, limits
 
 
 def scan(folders: list[Path], cache: ScanCache | None = None) -> Catalog:
-    """Scan folders (non-recursively, like the original) for environment classes."""
+    """Search folders recursively for environment classes."""
     cache = cache if cache is not None else ScanCache()
     environments: list[EnvironmentInfo] = []
     problems: list[ParseProblem] = []
-    seen: dict[str, EnvironmentInfo] = {}
-    shadowed: dict[str, list[Path]] = {}
     searched: list[Path] = []
+    limits: list[str] = []
+    roots: dict[Path, Path] = {}  # env file -> the searched folder it was found in
     for folder in folders:
         folder = folder.expanduser().resolve()
         searched.append(folder)
         if not folder.is_dir():
             problems.append(ParseProblem(file_path=folder, error="not a folder (check MCP_RL_ENV_PATHS)"))
             continue
-        for path in _candidate_files(folder):
+        files, hit = candidate_files(folder)
+        limits += hit
+        for path in files:
             result = _parse_cached(path, cache)
             if isinstance(result, ParseProblem):
                 problems.append(result)
                 continue
             for env in result:
-                if env.name in seen:
-                    shadowed.setdefault(env.name, []).append(env.file_path)
-                    continue
-                seen[env.name] = env
+                roots.setdefault(env.file_path, folder)
                 environments.append(env)
-    duplicates = [DuplicateName(name=name, used=seen[name].file_path, ignored=paths) for name, paths in shadowed.items()]
-    return Catalog(environments=environments, problems=problems, duplicates=duplicates, searched=searched)
+    environments, duplicates = _name_duplicates(environments, roots)
+    return Catalog(
+        environments=environments, problems=problems, duplicates=duplicates, searched=searched, limits_hit=limits
+    )
+
+
+def _name_duplicates(
+    environments: list[EnvironmentInfo], roots: dict[Path, Path]
+) -> tuple[list[EnvironmentInfo], list[DuplicateName]]:
+    """Give environments sharing a name qualified names; the first found keeps the plain one."""
+    groups: dict[str, list[int]] = {}
+    for i, env in enumerate(environments):
+        groups.setdefault(env.name, []).append(i)
+    # The same file reached through two MCP_RL_ENV_PATHS entries is one environment.
+    seen: set[tuple[Path, str]] = set()
+    out = list(environments)
+    keep = [True] * len(out)
+    for i, env in enumerate(out):
+        key = (env.file_path, env.class_name)
+        keep[i] = key not in seen
+        seen.add(key)
+    duplicates = []
+    for name, indices in groups.items():
+        indices = [i for i in indices if keep[i]]
+        if len(indices) < 2:
+            continue
+        members = [out[i] for i in indices]
+        qualified = _qualified_names(members, roots)
+        for i, q in zip(indices, qualified, strict=True):
+            out[i] = out[i].model_copy(
+                update={"qualified_name": q, "select_name": name if i == indices[0] else q}
+            )
+        duplicates.append(
+            DuplicateName(
+                name=name,
+                used=members[0].file_path,
+                ignored=[m.file_path for m in members[1:]],
+                used_as=qualified[0],
+                others_as=qualified[1:],
+            )
+        )
+    return [env for env, k in zip(out, keep, strict=True) if k], duplicates
+
+
+def _qualified_names(members: list[EnvironmentInfo], roots: dict[Path, Path]) -> list[str]:
+    """`folder/name` with as many trailing folders as it takes to tell them apart (relative to
+    the searched folder, then absolute); two of one folder also get the file stem and class."""
+    def parts(env: EnvironmentInfo) -> list[str]:
+        root = roots.get(env.file_path)
+        folder = env.file_path.parent
+        rel = folder.relative_to(root.parent) if root is not None and folder.is_relative_to(root.parent) else folder
+        return [p for p in rel.parts if p not in ("/", "\\")]
+
+    all_parts = [parts(env) for env in members]
+    longest = max(len(p) for p in all_parts)
+    for k in range(1, longest + 1):
+        names = ["/".join([*p[-k:], env.name]) for p, env in zip(all_parts, members, strict=True)]
+        if len(set(names)) == len(names):
+            return names
+    return ["/".join([*p, env.file_path.stem, env.class_name]) for p, env in zip(all_parts, members, strict=True)]
 
 
 def _parse_cached(path: Path, cache: ScanCache) -> list[EnvironmentInfo] | ParseProblem:

@@ -8,6 +8,11 @@ MODE and ARGS are the environment's own Atropos CLI (`serve --config run.yaml`,
 `__main__`, so its own `cli()` call at the bottom does not fire) with its project root on
 sys.path and as the working directory; then the class's `cli()` runs with these arguments.
 
+The loading rules are those of selection (`loader`: package-relative imports, the working
+directory selection found), and a failing `config_init()` falls back the way selection does
+(the config class's defaults, with the run's values from the YAML on top), so an environment that
+selects also runs.
+
 With --start-when, the environment is imported first and MODE starts only once FILE exists: the
 supervisor starts an environment's (slow) imports while the trainer loads, and creates FILE
 when the trainer is ready, so `serve` still begins strictly after it.
@@ -16,9 +21,11 @@ when the trainer is ready, so `serve` still begins strictly after it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from mcp_rl.environments.loader import load_env_class
 
@@ -26,6 +33,10 @@ from mcp_rl.environments.loader import load_env_class
 _PATH_OPTIONS = ("--config",)
 # An environment held back longer than this gives up (its supervisor is gone).
 START_WHEN_TIMEOUT_S = 3600.0
+# Some environments create an OpenAI client when imported (it raises without a key). Atropos
+# passes its own key to its servers, so a placeholder only lets such a module import; a judge
+# call that really needs OpenAI then fails with an authentication error that says so.
+PLACEHOLDER_KEYS = {"OPENAI_API_KEY": "mcp-rl-placeholder"}
 
 
 def _absolute_paths(args: list[str]) -> list[str]:
@@ -56,7 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     project_root = (ns.project_root or env_file.parent).resolve()
     env_args = _absolute_paths(ns.args)
     start_when = ns.start_when.resolve() if ns.start_when else None
-    cls = load_env_class(env_file, ns.class_name, project_root)
+    for name, value in PLACEHOLDER_KEYS.items():
+        os.environ.setdefault(name, value)
+    try:
+        cls = load_env_class(env_file, ns.class_name, project_root)
+    except ModuleNotFoundError as exc:
+        if exc.name is None:
+            raise
+        from mcp_rl.environments.dependencies import missing_dependency
+
+        # One line that says what to install (the traceback would only show where it was imported).
+        print(missing_dependency(exc.name, env_file, project_root).sentence(env_file.stem), file=sys.stderr)
+        return 2
+    _guard_config_init(cls, _yaml_env(env_args))
     if start_when is not None:
         _prewarm(env_args)
     if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):
@@ -72,10 +95,69 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _config_path(env_args: list[str]) -> str | None:
+    for i, arg in enumerate(env_args):
+        if arg == "--config" and i + 1 < len(env_args):
+            return env_args[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _yaml_env(env_args: list[str]) -> dict[str, Any]:
+    """The `env:` section of the run's YAML (empty without one)."""
+    path = _config_path(env_args)
+    if path is None:
+        return {}
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    return dict(data.get("env") or {})
+
+
+def fallback_config(cls: Any, values: dict[str, Any]) -> Any:
+    """The environment's config class (BaseEnvConfig without one) built from `values`; fields it
+    requires become defaults of a subclass, since Atropos's CLI would otherwise demand them as
+    flags. Raises ValueError naming required fields that have no value."""
+    from atroposlib.envs.base import BaseEnvConfig
+    from pydantic import create_model
+
+    config_cls = getattr(cls, "env_config_cls", None) or BaseEnvConfig
+    known = {k: v for k, v in values.items() if k in config_cls.model_fields}
+    required = [n for n, f in config_cls.model_fields.items() if f.is_required()]
+    missing = [n for n in required if n not in known]
+    if missing:
+        raise ValueError(
+            f"{config_cls.__name__} requires {', '.join(missing)}; set them with rl_edit_config before the run"
+        )
+    if required:
+        fields: Any = {n: (config_cls.model_fields[n].annotation, known[n]) for n in required}
+        config_cls = create_model(config_cls.__name__, __base__=config_cls, **fields)
+    return config_cls(**known)
+
+
+def _guard_config_init(cls: Any, values: dict[str, Any]) -> None:
+    """Make config_init() fall back as selection did when the environment's own one fails."""
+    original = cls.config_init
+
+    def config_init() -> tuple[Any, Any]:
+        try:
+            return original()
+        except Exception as exc:  # the environment's own code; selection fell back the same way
+            from atroposlib.envs.base import ServerBaseline
+
+            print(f"config_init() raised {type(exc).__name__}: {exc}; using the config class's defaults "
+                  "with the run's values", file=sys.stderr)
+            return fallback_config(cls, values), ServerBaseline()
+
+    cls.config_init = staticmethod(config_init)
+
+
 def _prewarm(env_args: list[str]) -> None:
     """Load the run's tokenizer once while held: every Atropos environment does so first when it
     starts, and transformers imports most of itself lazily on that first load (seconds)."""
-    config = next((env_args[i + 1] for i, a in enumerate(env_args[:-1]) if a == "--config"), None)
+    config = _config_path(env_args)
     if config is None:
         return
     try:

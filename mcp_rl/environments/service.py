@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from pydantic import BaseModel
 
 from mcp_rl import config
 from mcp_rl.environments import gem_catalog
+from mcp_rl.environments.dependencies import ImportChecker
 from mcp_rl.environments.discovery import Catalog, EnvironmentInfo, ScanCache, scan
 from mcp_rl.environments.gem_catalog import GemCatalog
 from mcp_rl.environments.introspect import ConfigSpec, read_config_spec
+from mcp_rl.environments.introspect_worker import IntrospectionWorker
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
@@ -30,16 +33,36 @@ class SelectResult(BaseModel):
 
 
 class EnvironmentService:
-    """One per server; holds only a parse cache, everything else is on disk."""
+    """One per server; holds a parse cache and the introspection worker, the rest is on disk."""
 
     def __init__(self, settings: Settings, scan_cache: ScanCache | None = None) -> None:
         self.settings = settings
         self.store = config.SessionStore(settings)
         self._scan_cache = scan_cache or ScanCache()
         self._gem: GemCatalog | None = None
+        self.worker = IntrospectionWorker(settings)
 
     def catalog(self) -> Catalog:
+        # An agent lists before it selects: warm the worker now (atroposlib's ~3 s import) so
+        # the select only pays for the environment's own imports.
+        self.worker.start()
         return scan(self.settings.environment_dirs(), self._scan_cache)
+
+    def missing_modules(self, catalog: Catalog) -> dict[str, list[str]]:
+        """Per select name: top-level imports not installed (static: nothing is imported)."""
+        checker = ImportChecker()
+        return {env.select_name: checker.missing(env) for env in catalog.environments}
+
+    def close(self) -> None:
+        """Stop the introspection worker (the server is shutting down)."""
+        self.worker.close()
+
+    async def close_on_exit(self) -> None:
+        """A server background task: runs until the server stops, then stops the worker."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            await anyio.to_thread.run_sync(self.close)
 
     def gem(self) -> GemCatalog:
         """GEM's registered environments (read once per server; cached on disk per version)."""
@@ -68,23 +91,35 @@ class EnvironmentService:
             raise UserError(f"The bundled GEM environment {bundled} is missing; reinstall mcp-rl.")
         needs = f" Needs {entry.needs}." if entry.needs else ""
         return base.model_copy(
-            update={"name": gem_id, "description": f"GEM {entry.description}.{needs}", "preset": {"env_id": gem_id}}
+            update={
+                "name": gem_id,
+                "select_name": gem_id,
+                "qualified_name": None,
+                "description": f"GEM {entry.description}.{needs}",
+                "preset": {"env_id": gem_id},
+            }
         )
 
     def is_gem(self, env: EnvironmentInfo | EnvironmentRef) -> bool:
         return env.file_path.resolve() == gem_catalog.gem_env_file().resolve()
 
-    def spec(self, env: EnvironmentInfo) -> ConfigSpec:
-        return read_config_spec(self.settings, env)
+    def spec(self, env: EnvironmentInfo, timeout_s: float | None = None) -> ConfigSpec:
+        """`timeout_s`: a tighter deadline than MCP_RL_INTROSPECT_TIMEOUT for a cold read."""
+        return read_config_spec(self.settings, env, self.worker, timeout_s)
 
-    def select(self, name: str) -> SelectResult:
+    def select(self, name: str, timeout_s: float | None = None) -> SelectResult:
         env = self.get(name)
-        spec = self.spec(env)  # before touching the session: a broken env changes nothing
+        spec = self.spec(env, timeout_s)  # before touching the session: a broken env changes nothing
+        if spec.working_dir is not None and spec.working_dir != env.project_root:
+            # config_init() found its files only from another folder: runs start there too.
+            env = env.model_copy(update={"project_root": spec.working_dir})
+        # The session names it as the agent does: a qualified name when the plain one is another's.
+        env = env.model_copy(update={"name": env.select_name or env.name})
         config.select_environment(self.store, env)
         if env.preset:
             preset = dict(env.preset)
             self.store.update(lambda s: s.model_copy(update={"edits": preset}))
-        note = f" config_init() failed, so BaseEnvConfig defaults are used: {spec.fallback_reason}" if spec.fallback_reason else ""
+        note = f" config_init() failed, so {spec.config_class} defaults are used: {spec.fallback_reason}" if spec.fallback_reason else ""
         if env.preset:
             note += f" Preset: {', '.join(f'{k}={v!r}' for k, v in env.preset.items())}."
         return SelectResult(

@@ -1,0 +1,170 @@
+"""The server's side of the long-lived introspection worker (`introspect_child --worker`).
+
+A fresh child per select paid ~3 s for importing atroposlib (torch, transformers) before the
+environment's own imports even began. The worker imports it once and forks a child per request
+(see `introspect_child`), so a cold select costs about the environment's own import time.
+
+The worker is our child: started without blocking (`start`, e.g. when the agent lists
+environments, so it is warm by the time it selects), spoken to through pipes, one request at a
+time with a deadline each, and stopped by `close` (also when the server exits, since its stdin
+closes). It runs with no real secrets (see `introspection_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp_rl.settings import SECRET_ENV_VARS, Settings
+
+# Suffixes of environment variables treated as secrets and kept from introspection.
+_SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
+# Clients some environments create when imported (OpenAI() raises without a key): a placeholder
+# lets them import; config introspection never calls a service.
+DUMMY_KEYS = {"OPENAI_API_KEY": "mcp-rl-introspection-placeholder", "ANTHROPIC_API_KEY": "mcp-rl-introspection-placeholder"}
+# How long close() lets the worker finish on its own before it is terminated.
+_CLOSE_GRACE_S = 2.0
+
+
+def introspection_env(settings: Settings) -> dict[str, str]:
+    """The environment of introspection children: the usual child environment without any
+    secret (ours or the user's), with placeholder keys for import-time API clients."""
+    env = settings.child_env()
+    for name in list(env):
+        if name in SECRET_ENV_VARS or name.upper().endswith(_SECRET_SUFFIXES):
+            del env[name]
+    env.update(DUMMY_KEYS)
+    return env
+
+
+class WorkerError(Exception):
+    """The worker died or broke the protocol (the request may be retried with a new worker)."""
+
+
+class IntrospectionWorker:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        self._buffer = b""
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    @property
+    def folder(self) -> Path:
+        return self.settings.cache_dir / "introspect"
+
+    def start(self) -> None:
+        """Start the worker if it is not running (returns at once; it warms up by itself)."""
+        with self._lock:
+            self._ensure_started()
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / "worker.log", "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "mcp_rl.environments.introspect_child", "--worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=introspection_env(self.settings),
+                start_new_session=True,
+            )
+        self._ready = False
+        self._buffer = b""
+        return self._proc
+
+    def request(self, file_path: Path, class_name: str, project_root: Path, timeout_s: float) -> dict[str, Any]:
+        """One environment described by a forked child, within `timeout_s` in all (warm-up
+        included). Returns the child's answer (`ok`, `spec` | `failure` | `timeout`)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            proc = self._ensure_started()
+            try:
+                if not self._ready:
+                    self._read_line(proc, deadline)  # {"ready": true} once atroposlib is imported
+                    self._ready = True
+                self._seq += 1
+                request = {
+                    "id": self._seq,
+                    "file": str(file_path),
+                    "class_name": class_name,
+                    "project_root": str(project_root),
+                    "timeout_s": max(0.1, deadline - time.monotonic()),
+                    "log": str(self.folder / "request.log"),
+                }
+                assert proc.stdin is not None
+                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                proc.stdin.flush()
+                # The worker enforces the deadline on its child; a little slack for its answer.
+                answer = json.loads(self._read_line(proc, deadline + 5.0))
+            except TimeoutError:
+                self._stop(proc)  # the worker itself is stuck (e.g. still importing): start over next time
+                return {"ok": False, "timeout": True, "log_tail": self._worker_log_tail()}
+            except (OSError, ValueError, WorkerError) as exc:
+                self._stop(proc)
+                raise WorkerError(f"{exc}; worker log: {self._worker_log_tail()}") from exc
+        if answer.get("id") != request["id"]:
+            raise WorkerError(f"answer to request {answer.get('id')}, expected {request['id']}")
+        return answer
+
+    def _read_line(self, proc: subprocess.Popen[bytes], deadline: float) -> bytes:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise WorkerError(f"the introspection worker exited (code {proc.wait()})")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _worker_log_tail(self) -> list[str]:
+        try:
+            text = (self.folder / "worker.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.strip().splitlines()[-10:]
+
+    def _stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """End the worker: stdin closed (it exits between requests), then terminated."""
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # our own unreaped child: the pid is proven ours
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._proc is proc:
+            self._proc = None
+            self._ready = False
+
+    def close(self) -> None:
+        """Stop the worker (without waiting for a request in flight: that request fails)."""
+        proc = self._proc
+        if proc is not None:
+            self._stop(proc)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
