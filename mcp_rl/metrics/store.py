@@ -5,7 +5,9 @@ history).
 The trainer appends to these files while we read them, so a reader must never fail on what a
 writer is halfway through: an unterminated last line is skipped (it will be complete on the next
 read), a line that does not parse is counted and skipped, and a status file that does not parse
-yet reads as absent. Nothing here imports anything heavy.
+yet reads as absent. A file that cannot be read at all (a directory, unreadable) reads as empty;
+`damage_report` says in words what is wrong with each file, for the answers that show a run.
+Nothing here imports anything heavy.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ class JsonlRead(BaseModel):
     rows: list[dict[str, Any]] = []
     bad_lines: int = 0
     partial_tail: bool = False
+    # Why the file could not be read at all (a directory, no permission), in words.
+    error: str | None = None
+
+
+def unreadable(path: Path, exc: OSError) -> str:
+    """What is wrong with a run file that cannot be opened, and what to do about it."""
+    what = "is a directory, not a file" if path.is_dir() else f"cannot be read ({exc.strerror or exc})"
+    return f"{path.name} {what}; its data is not shown. Move it aside (e.g. to {path.name}.damaged) to let the run write a new one."
 
 
 def read_jsonl(path: Path) -> JsonlRead:
@@ -48,6 +58,8 @@ def read_jsonl(path: Path) -> JsonlRead:
         data = path.read_bytes()
     except FileNotFoundError:
         return JsonlRead()
+    except OSError as exc:
+        return JsonlRead(error=unreadable(path, exc))
     lines = data.decode("utf-8", errors="replace").split("\n")
     # Everything after the last newline is a line still being written, unless it parses.
     tail = lines.pop()
@@ -123,11 +135,55 @@ class TrainerStatus(BaseModel):
 
 
 def read_trainer_status(run_dir: Path) -> TrainerStatus | None:
-    """The last status the trainer wrote, or None if there is none (yet) or it is unreadable."""
+    """The last status the trainer wrote, or None if there is none (yet) or it is unreadable.
+    A value of the wrong type is left out (None); the other fields are still read."""
+    return _trainer_status(run_dir)[0]
+
+
+def _trainer_status(run_dir: Path) -> tuple[TrainerStatus | None, str | None]:
+    path = run_dir / TRAINER_STATUS_FILE
     try:
-        return TrainerStatus.model_validate_json((run_dir / TRAINER_STATUS_FILE).read_bytes())
-    except (FileNotFoundError, ValidationError, ValueError):
-        return None
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, unreadable(path, exc)
+    except ValueError:  # half-written by a writer without atomic replace, or damaged
+        return None, f"{path.name} is not valid UTF-8 JSON; the trainer's phase and step are not shown."
+    if not isinstance(data, dict):
+        return None, f"{path.name} holds a JSON {type(data).__name__}, not an object; the trainer's phase and step are not shown."
+    try:
+        return TrainerStatus.model_validate(data), None
+    except ValidationError as exc:
+        bad = sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})
+        kept = {k: v for k, v in data.items() if k not in bad}
+        return TrainerStatus.model_validate(kept), f"{path.name} has values of the wrong type for {', '.join(bad)}; they are not shown."
+
+
+def trainer_status_fields(run_dir: Path) -> dict[str, Any]:
+    """The trainer status as a dict of well-typed values only (missing file: empty)."""
+    status = read_trainer_status(run_dir)
+    return status.model_dump(exclude_none=True) if status is not None else {}
+
+
+def damage_report(run_dir: Path) -> list[str]:
+    """One sentence per record file of the run that cannot be read (a directory, no permission,
+    a status file of the wrong shape). Cheap: the JSONL files are opened, not read (status calls
+    stay fast on long runs); their bad lines are counted by the readers that parse them."""
+    problems = []
+    for name in (METRICS_FILE, ENV_METRICS_FILE, CHECKPOINTS_FILE):
+        path = run_dir / name
+        try:
+            with open(path, "rb"):
+                pass
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(unreadable(path, exc))
+    problem = _trainer_status(run_dir)[1]
+    if problem:
+        problems.append(problem)
+    return problems
 
 
 class Checkpoint(BaseModel):
@@ -200,6 +256,7 @@ class StepTable(BaseModel):
 
     rows: list[dict[str, Any]] = Field(default_factory=list, description="Sorted by step, one per step.")
     bad_lines: int = 0
+    problems: list[str] = Field(default_factory=list, description="Metrics files that could not be read at all, and why.")
     trainer_last_step: int | None = Field(None, description="Last step the trainer logged (env lines aside).")
 
     @property
@@ -255,7 +312,10 @@ def read_step_table(run_dir: Path) -> StepTable:
             if key not in ("step", "time") and key not in own:
                 merged[key] = value
     return StepTable(
-        rows=[by_step[s] for s in sorted(by_step)], bad_lines=bad, trainer_last_step=max(trainer_keys, default=None)
+        rows=[by_step[s] for s in sorted(by_step)],
+        bad_lines=bad,
+        trainer_last_step=max(trainer_keys, default=None),
+        problems=[read.error for read in (trainer, env) if read.error],
     )
 
 

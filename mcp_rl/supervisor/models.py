@@ -72,6 +72,9 @@ class RunStatus(BaseModel):
     created_at: float
     ended_at: float | None = None
     message: str
+    notes: list[str] = Field(
+        default_factory=list, description="Damaged records of the run (shown as far as readable) and repairs made."
+    )
 
 
 class RunSummary(BaseModel):
@@ -90,6 +93,11 @@ class RunSummary(BaseModel):
 class RunList(BaseModel):
     runs: list[RunSummary]
     count: int
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Ended runs whose processes are still being ended, anything left alone, and repairs of the "
+        "run registry (a damaged state.db rebuilt, rows skipped).",
+    )
 
 
 class StopResult(BaseModel):

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from mcp_rl.errors import LaunchError, NotFound, UserError
+from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError
+from mcp_rl.metrics import store
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 from mcp_rl import processes
@@ -45,7 +46,7 @@ from mcp_rl.supervisor.states import (
     run_marker,
 )
 from mcp_rl.supervisor.supervisor import Policy
-from mcp_rl.supervisor.tail import last_json_line, read_json, tail_lines
+from mcp_rl.supervisor.tail import last_json_line, tail_lines
 
 if TYPE_CHECKING:
     from mcp_rl.environments.service import EnvironmentService
@@ -248,7 +249,7 @@ def _short_status(run: RunRecord, now: float, wait: float) -> RunStatus:
 
 def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     run_dir = Path(run.run_dir)
-    status = read_json(run_dir / "trainer_status.json") or {}
+    status = store.trainer_status_fields(run_dir)  # well-typed values only: a damaged file must not fail the call
     metrics = _metrics(run_dir / "metrics.jsonl", status)
     procs = {p.name: p for p in registry.processes(run.run_id)}
     message = _base_message(run)
@@ -257,6 +258,9 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         if metrics.reward_mean is not None:
             message += f", reward mean {metrics.reward_mean:.4g}"
         message += "."
+    notes = registry.notes + store.damage_report(run_dir)
+    if notes:
+        message += " Problems: " + " ".join(notes)
     return RunStatus(
         **_identity(run, now),
         processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
@@ -271,6 +275,7 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         created_at=run.created_at,
         ended_at=run.ended_at,
         message=message,
+        notes=notes,
     )
 
 
@@ -333,7 +338,7 @@ def list_runs(settings: Settings) -> RunList:
                 cause=run.cause.splitlines()[0] if run.cause and run.state == RunState.FAILED else None,
             )
         )
-    return RunList(runs=summaries, count=len(summaries))
+    return RunList(runs=summaries, count=len(summaries), notes=registry.notes)
 
 
 # --- stop ----------------------------------------------------------------------------------
@@ -426,6 +431,11 @@ def read_config(settings: Settings, run_id: str) -> str:
         return Path(run.config_path).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise NotFound(f"Run {run.run_id} has no run.yaml any more ({run.config_path}).") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedState(
+            f"The run.yaml of run {run.run_id} cannot be read ({exc}); it is at {run.config_path}. "
+            "The run's metrics and results are still readable (rl_get_results)."
+        ) from exc
 
 
 def read_metrics(settings: Settings, run_id: str, tail: int = DEFAULT_METRICS_TAIL) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def tail_lines(path: Path, count: int, max_bytes: int = 4 * 1024 * 1024) -> list
                 position -= step
                 fh.seek(position)
                 data = fh.read(step) + data
-    except FileNotFoundError:
+    except OSError:  # missing, or a directory / unreadable (the run's damage report says which)
         return []
     lines = data.decode("utf-8", errors="replace").splitlines()
     if position > 0 and lines:
@@ -48,6 +48,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     """A small JSON file rewritten atomically by another process, or None if absent/unreadable."""
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     return value if isinstance(value, dict) else None
