@@ -246,8 +246,10 @@ def _usage(prompt_len: int, seqs: list[SampledSequence]) -> dict[str, int]:
     return {"prompt_tokens": prompt_len, "completion_tokens": completion, "total_tokens": prompt_len + completion}
 
 
-def build_app(service: InferenceService, *, extra_health: Any = None) -> Any:
-    """The FastAPI app around `service`. `extra_health()` adds fields to /health."""
+def build_app(service: InferenceService, *, extra_health: Any = None, sampling_concurrency: int = 1) -> Any:
+    """The FastAPI app around `service`. `extra_health()` adds fields to /health.
+    `sampling_concurrency` requests are sampled at once (1 for a local model; a remote service
+    such as Tinker serves many, and serialising them puts every group behind network latency)."""
     import asyncio
 
     import anyio
@@ -256,19 +258,23 @@ def build_app(service: InferenceService, *, extra_health: Any = None) -> Any:
 
     app = FastAPI(title="mcp-rl inference", docs_url=None, redoc_url=None)
     gates: dict[str, asyncio.Semaphore] = {}
+    limiters: dict[str, anyio.CapacityLimiter] = {}
 
     async def _run(fn: Any, req: Any, request: Request) -> Any:
         if not service.ready.is_set():
             raise HTTPException(status_code=503, detail="model not loaded yet")
-        # One sample at a time (the model is serialised anyway); a request whose client gave up
-        # while queued is skipped: Atropos cancels its workers whenever its queue is full, and
-        # sampling for nobody would steal the CPU from the trainer.
-        gate = gates.setdefault("sample", asyncio.Semaphore(1))
+        # At most `sampling_concurrency` samples at once (one for a local model: it is serialised
+        # anyway); a request whose client gave up while queued is skipped: Atropos cancels its
+        # workers whenever its queue is full, and sampling for nobody would steal the CPU from
+        # the trainer.
+        gate = gates.setdefault("sample", asyncio.Semaphore(sampling_concurrency))
+        # Its own worker threads: anyio's shared pool (40) must not cap a larger concurrency.
+        limiter = limiters.setdefault("sample", anyio.CapacityLimiter(sampling_concurrency))
         async with gate:
             if await request.is_disconnected():
                 return Response(status_code=499)
             try:
-                return await anyio.to_thread.run_sync(fn, req)
+                return await anyio.to_thread.run_sync(fn, req, limiter=limiter)
             except ValueError as exc:
                 raise HTTPException(status_code=400, detail=str(exc)) from exc
             except Exception as exc:  # reported to the caller, logged here with its traceback

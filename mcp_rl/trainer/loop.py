@@ -24,13 +24,21 @@ from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.advantages import BatchStats, build_examples
 from mcp_rl.trainer.atropos_client import AtroposClient
-from mcp_rl.trainer.backends.base import AdamParams, ForwardBackwardResult, TrainingBackend, TrainingExample
+from mcp_rl.trainer.backends.base import (
+    AdamParams,
+    ForwardBackwardResult,
+    RunOutcome,
+    TrainingBackend,
+    TrainingExample,
+)
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 from mcp_rl.trainer.status import RunRecorder, last_state
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
+# Finishing a remote session must not hold up the trainer's exit for long.
+CLOSE_TIMEOUT_S = 30.0
 BackendFactory = Callable[[RunConfig, Settings], TrainingBackend]
 
 
@@ -124,10 +132,14 @@ class Trainer:
         beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="heartbeat", daemon=True)
         beat.start()
         client: AtroposClient | None = None
+        # What the backend's session is told at the end: errored unless we get further.
+        outcome: RunOutcome = "errored"
+        detail: str | None = None
         try:
             start_step = await self._load()
             if self.stop.is_set():
                 self.recorder.update(phase="stopped")
+                outcome, detail = "interrupted", f"stopped ({self.stop_reason}) before training"
                 return 0
             self._serve()
             client = self._client()
@@ -135,11 +147,14 @@ class Trainer:
             self._init_wandb()
             finished = await self._train(client, start_step)
             await self._finish(finished)
+            outcome = "success" if finished else "interrupted"
+            detail = None if finished else f"stopped ({self.stop_reason}) after step {self.recorder.status.step}"
             return 0
         except Exception as exc:  # every failure ends here: recorded, then a non-zero exit
             message = f"{type(exc).__name__}: {exc}"
             log.exception("trainer failed")
             self.recorder.update(phase="failed", error=message)
+            detail = message[:500]
             return 1
         finally:
             if client is not None:
@@ -148,13 +163,22 @@ class Trainer:
                 self.server.stop()
             self._close_wandb()
             if self.backend is not None:
-                try:
-                    self.backend.close()
-                except Exception:  # closing must never mask the run's outcome
-                    log.exception("closing the backend failed")
+                await self._close_backend(outcome, detail)
             beat_stop.set()
             beat.join(5)
             self.recorder.heartbeat()
+
+    async def _close_backend(self, outcome: RunOutcome, detail: str | None) -> None:
+        """Tell the backend how the run ended, off the event loop (a remote session's finish is a
+        blocking request). A failure or a slow answer is only logged: it never changes the
+        run's outcome."""
+        assert self.backend is not None
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.backend.close, outcome, detail), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("closing the backend took more than %.0f s; exiting without waiting", CLOSE_TIMEOUT_S)
+        except Exception:  # closing must never mask the run's outcome
+            log.warning("closing the backend failed", exc_info=True)
 
     def _heartbeat(self, done: threading.Event) -> None:
         while not done.wait(HEARTBEAT_S):
@@ -178,8 +202,15 @@ class Trainer:
             raise RuntimeError(
                 f"the run already reached step {start_step} of {self.t.num_steps}; nothing left to train"
             )
+        await asyncio.to_thread(self.backend.prepare, self._waiting_for_model)
+        if self.recorder.status.phase == "waiting_for_model":
+            self.recorder.update(phase="loading_model")
         self.ready.set()
         return start_step
+
+    def _waiting_for_model(self, seconds: float) -> None:
+        """A remote service is still queueing our model: say so in trainer_status.json."""
+        self.recorder.update(phase="waiting_for_model", model_wait_s=round(seconds, 1))
 
     def _serve(self) -> None:
         port = self.config.ports.inference
@@ -187,8 +218,11 @@ class Trainer:
             raise RuntimeError("run.yaml has no ports.inference: the supervisor must assign ports before starting")
         assert self.backend is not None
         service = InferenceService(self.backend, ready=self.ready)
+        # A remote service samples many requests at once; a local model one at a time.
+        concurrency = self.settings.remote_sampling_concurrency if self.backend.remote else 1
         app = build_app(service, extra_health=lambda: {"trainer_step": self.recorder.status.step,
-                                                        "phase": self.recorder.status.phase})
+                                                        "phase": self.recorder.status.phase},
+                        sampling_concurrency=concurrency)
         self.server = ServerThread(app, "127.0.0.1", port)
         self.server.start()
         log.info("inference server on http://127.0.0.1:%d", port)
@@ -252,9 +286,7 @@ class Trainer:
     def _train_step(self, step: int, batch: list[dict[str, Any]], adam: AdamParams) -> dict[str, Any]:
         assert self.backend is not None
         examples, stats = build_examples(batch, max_length=self.t.max_token_trainer_length)
-        result = self.backend.forward_backward(examples)
-        self.backend.optim_step(adam)
-        sampler_path = self.backend.update_sampler(step)
+        result, sampler_path = self.backend.train_step(examples, adam, step)
         if sampler_path is not None:
             self.recorder.checkpoint(step, "sampler", sampler_path)
             self._recorded_sampler = (step, sampler_path)
@@ -269,12 +301,11 @@ class Trainer:
         weights path (only ever a path that was really written)."""
         assert self.backend is not None
         name = step_name(step)
-        state = self.backend.save_state(name)
+        state, weights = self.backend.save_checkpoint(name, final=final)
         self.recorder.checkpoint(step, "state", state, final=final)
         # resume_state always names the newest resumable checkpoint.
         self.recorder.update(resume_state=state)
         self.last_state_step = step
-        weights = self.backend.save_sampler_weights(name)
         # A periodic save of weights the step already recorded would only repeat a line; the
         # final one is written again so the index marks it final.
         if final or self._recorded_sampler != (step, weights):
@@ -309,7 +340,8 @@ class Trainer:
                 name=f"{self.config.run_id}-trainer",
                 job_type="trainer",
                 config=self.t.model_dump(mode="json"),
-                reinit=True,
+                # wandb 0.31: reinit=True is deprecated; one trainer run per process anyway.
+                reinit="finish_previous",
             )
             url = getattr(self.wandb_run, "url", None)
             self.recorder.update(wandb_url=url)

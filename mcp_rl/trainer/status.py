@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from mcp_rl.runconfig import RunPaths, write_text_atomic
 
 Phase = Literal[
-    "starting", "loading_model", "waiting_for_batch", "training", "saving", "done", "stopped", "failed"
+    "starting", "loading_model", "waiting_for_model", "waiting_for_batch", "training", "saving", "done", "stopped", "failed"
 ]
 CheckpointKind = Literal["sampler", "state"]
 
@@ -36,6 +36,8 @@ class TrainerStatus(BaseModel):
     resume_state: str | None = None
     error: str | None = None
     wandb_url: str | None = None
+    # Seconds spent so far in a remote service's queue for our model (phase waiting_for_model).
+    model_wait_s: float | None = None
 
 
 class CheckpointRecord(BaseModel):

@@ -6,7 +6,12 @@ import json
 from pathlib import Path
 
 from mcp_rl.runconfig import RunPaths
-from mcp_rl.trainer.status import RunRecorder, last_metrics_step, last_state, read_checkpoints
+from mcp_rl.trainer.status import (
+    RunRecorder,
+    last_metrics_step,
+    last_state,
+    read_checkpoints,
+)
 
 
 def test_records_have_the_brief_formats(tmp_path: Path) -> None:
@@ -15,7 +20,7 @@ def test_records_have_the_brief_formats(tmp_path: Path) -> None:
     rec.update(phase="training", step=1)
     status = json.loads(paths.trainer_status.read_text())
     assert set(status) == {"phase", "step", "num_steps", "heartbeat", "pid", "final_weights", "resume_state",
-                           "error", "wandb_url"}
+                           "error", "wandb_url", "model_wait_s"}
     assert status["phase"] == "training" and status["num_steps"] == 5 and status["heartbeat"] > 0
 
     rec.metrics(1, {"train/loss": 0.5, "reward/mean": float("nan")})

@@ -8,10 +8,16 @@ its event loop (heartbeats, HTTP) never blocks. Implementations serialise access
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length"]
+# How a run ended, as a remote service's session records it.
+RunOutcome = Literal["success", "errored", "interrupted"]
+
+
+WaitCallback = Callable[[float], None]
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class Sampler(ABC):
     tokenizer: Any
     #: what the inference server reports as `model`
     model_name: str
+    #: a remote service samples many requests at once; a local model one at a time
+    remote: bool = False
 
     @abstractmethod
     def sample(self, request: SamplingRequest) -> list[SampledSequence]:
@@ -116,5 +124,23 @@ class TrainingBackend(Sampler):
     def load_state(self, path: str) -> None:
         """Restore weights and optimizer state saved by `save_state`."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources (sessions, threads)."""
+    def prepare(self, on_wait: WaitCallback | None = None) -> None:
+        """Finish setting up before the first sample: a remote backend creates its model here
+        unless `load_state` already did (`on_wait(seconds)` reports a wait in the service's
+        queue). Local models are ready once built."""
+
+    def train_step(self, examples: list[TrainingExample], params: AdamParams,
+                   step: int) -> tuple[ForwardBackwardResult, str | None]:
+        """`forward_backward`, `optim_step` and `update_sampler(step)` in that order. A remote
+        backend submits all three before waiting on any (one clock cycle instead of three)."""
+        result = self.forward_backward(examples)
+        self.optim_step(params)
+        return result, self.update_sampler(step)
+
+    def save_checkpoint(self, name: str, *, final: bool) -> tuple[str, str]:
+        """`save_state(name)` then `save_sampler_weights(name)`: (state path, weights path).
+        A remote backend may let intermediate (not `final`) checkpoints expire."""
+        return self.save_state(name), self.save_sampler_weights(name)
+
+    def close(self, status: RunOutcome = "success", detail: str | None = None) -> None:
+        """Release resources (sessions, threads); `status` is how the run ended."""

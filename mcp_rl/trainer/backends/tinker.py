@@ -1,26 +1,37 @@
 """Tinker backend: LoRA training and sampling on Tinker through its SDK.
 
-Every step saves sampler weights (`tinker://.../sampler_weights/step_N`) and switches sampling to
-them, so rollouts always come from the latest policy. `save_state` checkpoints (weights and
-optimizer) make a run resumable: `load_state` recreates the training client from one.
+How a run uses Tinker (each point checked against the installed tinker 0.38):
+- The model is created once: a fresh LoRA client, or, on resume, straight from the saved state
+  with its optimizer (`create_training_client_from_state_with_optimizer`). Tinker may queue the
+  creation; the wait has a deadline and is reported to the trainer's status.
+- A training step submits forward_backward, optim_step and the per-step sampler weights back
+  to back and only then waits: the three land in one of Tinker's clock cycles.
+- Per-step sampler weights are ephemeral (`save_weights_and_get_sampling_client`); named,
+  persistent checkpoints are made only at the run's checkpoint interval and expire after
+  `checkpoint_ttl_s`; the final checkpoint never expires.
+- Tinker's `importance_sampling` loss weights each token by `exp(logp - logprobs)`. Sequences
+  the sampler gave no logprobs for get the current policy's own (one forward pass), so their
+  ratio is 1: the same objective as the local backend.
+- The session is finished with the run's true outcome; a failed finish is only a warning.
 Credentials come from the environment only (`TINKER_API_KEY`, `TINKER_BASE_URL`).
-
-The SDK is only touched through `service_client`; tests hand in a fake with the same methods
-(tests/fakes/fake_tinker.py).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from mcp_rl.trainer.backends.base import (
     AdamParams,
     ForwardBackwardResult,
+    RunOutcome,
     SampledSequence,
     SamplingRequest,
     TrainingBackend,
     TrainingExample,
+    WaitCallback,
 )
 
 if TYPE_CHECKING:
@@ -30,33 +41,71 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOSS_FN = "importance_sampling"
+# Only its per-token logprobs are used: the current policy's logprobs of the targets.
+LOGPROBS_LOSS_FN = "cross_entropy"
+# How often a queued model creation reports its wait.
+WAIT_REPORT_S = 5.0
+CLOSE_TIMEOUT_S = 20.0
 
 
-def load_tokenizer(name_or_path: str) -> Any:
-    """The model's tokenizer: a local folder, or a hub id when hub access is allowed (a Tinker
-    model name is a hub id; with HF_HUB_OFFLINE=1 it must already be in the local HF cache)."""
+def load_tokenizer(path: str) -> Any:
+    """A tokenizer from a local folder (trainer.tokenizer_path or MCP_RL_TOKENIZER_PATH)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return AutoTokenizer.from_pretrained(path)
     except OSError as exc:
         raise RuntimeError(
-            f"no tokenizer for {name_or_path!r} on this machine ({exc.__class__.__name__}); the trainer never "
-            "downloads one at run time: set trainer.tokenizer_path to a local tokenizer folder, or put the "
-            "tokenizer in the Hugging Face cache beforehand"
+            f"no tokenizer in {path!r} ({exc.__class__.__name__}): point MCP_RL_TOKENIZER_PATH (or "
+            "trainer.tokenizer_path) at a folder with the model's tokenizer files (tokenizer.json, "
+            "tokenizer_config.json), or unset it to fetch the tokenizer from the Hugging Face hub"
         ) from exc
 
 
+def fetch_hint(model: str) -> str:
+    """How to make `model`'s tokenizer available on this machine."""
+    return (
+        f"fetch it once where huggingface.co is reachable with `hf download {model} --include "
+        f"'tokenizer*' '*.json'` (it lands in the Hugging Face cache), or download its tokenizer files "
+        f"into a folder and set MCP_RL_TOKENIZER_PATH to that folder"
+    )
+
+
+def tokenizer_error(model: str, exc: BaseException) -> RuntimeError:
+    """A clear error for a tokenizer that could not be loaded from the hub or its cache."""
+    from huggingface_hub import constants
+
+    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    offline = (
+        " HF_HUB_OFFLINE is set in this environment, so the hub is not asked: unset it to let the "
+        "first run fetch the tokenizer, or" if constants.HF_HUB_OFFLINE else
+        " Check that this machine reaches huggingface.co (the first run fetches the tokenizer), or"
+    )
+    return RuntimeError(f"could not load the tokenizer of {model!r} ({reason}).{offline} {fetch_hint(model)}.")
+
+
+def _wait(future: Any, timeout: float | None = None) -> Any:
+    """The result of an SDK future, waited for in this (worker) thread."""
+    return future.future().result(timeout)
+
+
 class TinkerBackend(TrainingBackend):
+    remote = True
+
     def __init__(
         self,
         service_client: Any,
         *,
         base_model: str,
         lora_rank: int,
-        tokenizer: Any,
+        tokenizer: Any = None,
         seed: int | None = None,
+        checkpoint_ttl_s: int | None = None,
+        create_timeout_s: float = 600.0,
     ) -> None:
+        """Nothing is created on Tinker yet: `prepare()` (after an optional `load_state`) does it,
+        so a resumed run never creates a model it throws away. Without `tokenizer`, the training
+        client's own is used (fetched from the Hugging Face hub on first use)."""
         from tinker import types
 
         self._types = types
@@ -65,11 +114,13 @@ class TinkerBackend(TrainingBackend):
         self.model_name = base_model
         self.tokenizer = tokenizer
         self.lora_rank = lora_rank
-        self.training = service_client.create_lora_training_client(
-            base_model=base_model, rank=lora_rank, seed=seed
-        ).result()
-        self.sampler_path = self._save_sampler("step_000000")
-        self.sampling = self.service.create_sampling_client(model_path=self.sampler_path).result()
+        self.seed = seed
+        self.checkpoint_ttl_s = checkpoint_ttl_s
+        self.create_timeout_s = create_timeout_s
+        self.training: Any = None
+        self.sampling: Any = None
+        self._resume_from: str | None = None
+        self._closed = False
 
     @classmethod
     def from_settings(cls, config: RunConfig, settings: Settings) -> TinkerBackend:
@@ -78,12 +129,66 @@ class TinkerBackend(TrainingBackend):
         if settings.tinker_api_key is None:
             raise RuntimeError("the tinker backend needs TINKER_API_KEY in the trainer's environment")
         t = config.trainer
+        path = t.tokenizer_path or (str(settings.tokenizer_path) if settings.tokenizer_path else None)
+        tokenizer = load_tokenizer(path) if path else None
         service = tinker.ServiceClient(
             api_key=settings.tinker_api_key.get_secret_value(),
             base_url=settings.tinker_base_url,
         )
-        tokenizer = load_tokenizer(t.tokenizer_path or t.base_model)
-        return cls(service, base_model=t.base_model, lora_rank=t.lora_rank, tokenizer=tokenizer, seed=t.seed)
+        return cls(service, base_model=t.base_model, lora_rank=t.lora_rank, tokenizer=tokenizer, seed=t.seed,
+                   checkpoint_ttl_s=settings.tinker_checkpoint_ttl_s,
+                   create_timeout_s=settings.tinker_create_timeout_s)
+
+    # --- setting up -------------------------------------------------------------------------
+    def load_state(self, path: str) -> None:
+        if self.training is None:
+            # Resume is the creation itself: prepare() loads the state instead of a fresh model.
+            self._resume_from = path
+            return
+        self.training = self._await_model(
+            self.service.create_training_client_from_state_with_optimizer(path), f"loading {path}", None)
+        self._new_sampler()
+
+    def prepare(self, on_wait: WaitCallback | None = None) -> None:
+        if self.training is None:
+            if self._resume_from is not None:
+                future = self.service.create_training_client_from_state_with_optimizer(self._resume_from)
+                what = f"loading {self._resume_from}"
+            else:
+                future = self.service.create_lora_training_client(
+                    base_model=self.base_model, rank=self.lora_rank, seed=self.seed)
+                what = f"a LoRA model of {self.base_model}"
+            self.training = self._await_model(future, what, on_wait)
+        if self.tokenizer is None:
+            try:
+                self.tokenizer = self.training.get_tokenizer()
+            except Exception as exc:  # any failure gets the same advice
+                raise tokenizer_error(self.base_model, exc) from exc
+        if self.sampling is None:
+            self._new_sampler()
+
+    def _await_model(self, future: Any, what: str, on_wait: WaitCallback | None) -> Any:
+        """The training client once Tinker created it, reporting the wait every few seconds;
+        past `create_timeout_s` the request is abandoned with a clear error."""
+        started = time.monotonic()
+        deadline = started + self.create_timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                future.future().cancel()
+                raise RuntimeError(
+                    f"Tinker did not create {what} within {self.create_timeout_s:.0f} s (its queue may be "
+                    "busy): start the run again later, or allow a longer wait with "
+                    "MCP_RL_TINKER_CREATE_TIMEOUT (seconds)")
+            try:
+                return _wait(future, min(WAIT_REPORT_S, remaining))
+            except concurrent.futures.TimeoutError:
+                if on_wait is not None:
+                    on_wait(time.monotonic() - started)
+
+    def _new_sampler(self) -> None:
+        """Sampling follows the current weights through ephemeral sampler weights."""
+        self.sampling = _wait(self.training.save_weights_and_get_sampling_client())
 
     # --- sampling ---------------------------------------------------------------------------
     def sample(self, request: SamplingRequest) -> list[SampledSequence]:
@@ -100,11 +205,11 @@ class TinkerBackend(TrainingBackend):
             seed=request.seed,
             stop=stop,
         )
-        response = self.sampling.sample(
+        response = _wait(self.sampling.sample(
             prompt=types.ModelInput.from_ints(list(request.prompt_tokens)),
             num_samples=request.n,
             sampling_params=params,
-        ).result()
+        ))
         out = []
         for seq in response.sequences:
             tokens = list(seq.tokens)
@@ -116,15 +221,14 @@ class TinkerBackend(TrainingBackend):
         return out
 
     # --- training ---------------------------------------------------------------------------
-    def datum(self, example: TrainingExample) -> Any:
-        types = self._types
-        # Tinker's importance-sampling loss needs the sampler's logprobs; without them (an
-        # OpenAI-type rollout server) the trainer's own make the ratio 1: plain REINFORCE.
-        logprobs = example.sampling_logprobs
+    def datum(self, example: TrainingExample, logprobs: list[float] | None = None) -> Any:
+        """The importance-sampling datum of `example`; `logprobs` stand in for missing sampler
+        logprobs (the current policy's, so the ratio is 1)."""
+        logprobs = example.sampling_logprobs if example.sampling_logprobs is not None else logprobs
         if logprobs is None:
-            logprobs = [0.0] * len(example.target_tokens)
-        return types.Datum(
-            model_input=types.ModelInput.from_ints(list(example.input_tokens)),
+            raise ValueError("an example without sampler logprobs needs the current policy's logprobs")
+        return self._types.Datum(
+            model_input=self._types.ModelInput.from_ints(list(example.input_tokens)),
             loss_fn_inputs={
                 "target_tokens": list(example.target_tokens),
                 "logprobs": [float(x) for x in logprobs],
@@ -132,53 +236,89 @@ class TinkerBackend(TrainingBackend):
             },
         )
 
-    def forward_backward(self, examples: list[TrainingExample]) -> ForwardBackwardResult:
-        if any(e.sampling_logprobs is None for e in examples):
-            log.warning("some sequences carry no sampler logprobs; their importance weights use 0.0")
-        data = [self.datum(e) for e in examples]
-        output = self.training.forward_backward(data, LOSS_FN).result()
+    def _datums(self, examples: list[TrainingExample]) -> list[Any]:
+        """Datums for a batch; sequences without sampler logprobs get the current policy's own
+        from one forward pass (same weights as the forward_backward that follows)."""
+        if not examples:
+            raise ValueError("no examples to train on")
+        missing = [i for i, e in enumerate(examples) if e.sampling_logprobs is None]
+        current: dict[int, list[float]] = {}
+        if missing:
+            probe = [
+                self._types.Datum(
+                    model_input=self._types.ModelInput.from_ints(list(examples[i].input_tokens)),
+                    loss_fn_inputs={"target_tokens": list(examples[i].target_tokens),
+                                    "weights": [0.0] * len(examples[i].target_tokens)},
+                )
+                for i in missing
+            ]
+            output = _wait(self.training.forward(probe, LOGPROBS_LOSS_FN))
+            for i, item in zip(missing, output.loss_fn_outputs, strict=True):
+                current[i] = [float(x) for x in item["logprobs"].tolist()]
+        return [self.datum(e, current.get(i)) for i, e in enumerate(examples)]
+
+    def _adam(self, params: AdamParams) -> Any:
+        return self._types.AdamParams(learning_rate=params.learning_rate, beta1=params.beta1,
+                                      beta2=params.beta2, eps=params.eps)
+
+    @staticmethod
+    def _result(output: Any) -> ForwardBackwardResult:
         training_logprobs = []
         for item in output.loss_fn_outputs:
             lps = item.get("logprobs")
             training_logprobs.append([float(x) for x in lps.tolist()] if lps is not None else [])
         metrics = dict(output.metrics or {})
-        loss = float(metrics.get("loss:sum", metrics.get("loss", 0.0)))
+        loss = metrics.get("loss:sum", metrics.get("loss"))
+        if loss is None:
+            # Some Tinker-compatible servers report no loss metric, only per-token losses.
+            loss = sum(float(x) for item in output.loss_fn_outputs
+                       if item.get("elementwise_loss") is not None for x in item["elementwise_loss"].tolist())
         extra = {f"tinker/{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float)}
-        return ForwardBackwardResult(loss=loss, training_logprobs=training_logprobs, extra=extra)
+        return ForwardBackwardResult(loss=float(loss), training_logprobs=training_logprobs, extra=extra)
+
+    def forward_backward(self, examples: list[TrainingExample]) -> ForwardBackwardResult:
+        return self._result(_wait(self.training.forward_backward(self._datums(examples), LOSS_FN)))
 
     def optim_step(self, params: AdamParams) -> None:
-        self.training.optim_step(
-            self._types.AdamParams(learning_rate=params.learning_rate, beta1=params.beta1,
-                                   beta2=params.beta2, eps=params.eps)
-        ).result()
+        _wait(self.training.optim_step(self._adam(params)))
 
     def update_sampler(self, step: int) -> str | None:
-        from mcp_rl.trainer.loop import step_name
+        self._new_sampler()
+        return None
 
-        self.sampler_path = self._save_sampler(step_name(step))
-        self.sampling = self.service.create_sampling_client(model_path=self.sampler_path).result()
-        return self.sampler_path
-
-    def _save_sampler(self, name: str) -> str:
-        return str(self.training.save_weights_for_sampler(name).result().path)
+    def train_step(self, examples: list[TrainingExample], params: AdamParams,
+                   step: int) -> tuple[ForwardBackwardResult, str | None]:
+        data = self._datums(examples)
+        # Submitted back to back, awaited after: one clock cycle for the whole step.
+        fwd_bwd = self.training.forward_backward(data, LOSS_FN)
+        optim = self.training.optim_step(self._adam(params))
+        sampler = self.training.save_weights_and_get_sampling_client()
+        result = self._result(_wait(fwd_bwd))
+        _wait(optim)
+        self.sampling = _wait(sampler)
+        return result, None
 
     # --- checkpoints ------------------------------------------------------------------------
     def save_sampler_weights(self, name: str) -> str:
-        # The weights of the latest step are already saved for the sampler; saving them again
-        # under the same name would be refused, so the saved path is reported as is.
-        if self.sampler_path.rstrip("/").endswith("/" + name):
-            return self.sampler_path
-        return self._save_sampler(name)
+        return str(_wait(self.training.save_weights_for_sampler(name)).path)
 
     def save_state(self, name: str) -> str:
-        return str(self.training.save_state(name).result().path)
+        return str(_wait(self.training.save_state(name)).path)
 
-    def load_state(self, path: str) -> None:
-        self.training = self.service.create_training_client_from_state_with_optimizer(path).result()
-        self.sampler_path = self._save_sampler("resumed")
-        self.sampling = self.service.create_sampling_client(model_path=self.sampler_path).result()
+    def save_checkpoint(self, name: str, *, final: bool) -> tuple[str, str]:
+        ttl = None if final else self.checkpoint_ttl_s
+        state = self.training.save_state(name, ttl_seconds=ttl)
+        weights = self.training.save_weights_for_sampler(name, ttl_seconds=ttl)
+        return str(_wait(state).path), str(_wait(weights).path)
 
-    def close(self) -> None:
-        close = getattr(self.service, "close", None)
-        if callable(close):
-            close()
+    def close(self, status: RunOutcome = "success", detail: str | None = None) -> None:
+        """Finish the Tinker session with the run's outcome. Call it from a worker thread (the
+        SDK refuses a blocking wait on an event loop); a failure is logged, never raised."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            _wait(self.service.close(status, detail), CLOSE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a failed finish must never fail the run
+            log.warning("Tinker did not record the end of the session (%s: %s); the run's outcome stands",
+                        type(exc).__name__, exc)
