@@ -18,6 +18,7 @@ from mcp.server import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl import __version__
+from mcp_rl.server.budget import Jobs
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class AppState:
     """What the tools of one server share: the settings and small in-memory caches."""
 
     settings: Settings
+    # Blocking work that outlives a tool call's time budget, joined or collected by later calls.
+    jobs: Jobs = field(default_factory=Jobs)
     # Per-server caches (e.g. parsed environment files keyed by path, mtime and size).
     caches: dict[str, Any] = field(default_factory=dict)
 
@@ -64,8 +67,18 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     mcp = MCPServer("mcp-rl", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, subscriptions=bus)
 
     # Each module owns one area of the surface and closes over `state`.
-    from mcp_rl.server import environment_tools, inference_tools, results_tools, training_tools
+    from mcp_rl.server import (
+        environment_tools,
+        follow_tools,
+        inference_tools,
+        results_tools,
+        smoke_test_tools,
+        strict,
+        training_tools,
+    )
 
-    for module in (environment_tools, training_tools, inference_tools, results_tools):
+    for module in (environment_tools, training_tools, inference_tools, smoke_test_tools, follow_tools, results_tools):
         module.register(mcp, state)
+    # Last: every tool registered above refuses arguments it does not declare.
+    strict.make_strict(mcp)
     return mcp

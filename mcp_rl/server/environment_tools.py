@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from mcp_rl.config import CurrentConfig, EditResult
+from mcp_rl.config import CurrentConfig, EditResult, Session
 from mcp_rl.environments.discovery import DuplicateName, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.server.app import AppState
+from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -23,10 +27,15 @@ IDEMPOTENT_EDIT = ToolAnnotations(read_only_hint=False, destructive_hint=False, 
 
 
 class EnvironmentEntry(BaseModel):
-    name: str
+    name: str = Field(description="Pass it to rl_select_environment (a qualified name when another has the same name).")
+    own_name: str = Field("", description="The environment's own `name` attribute.")
     class_name: str
     file_path: str
     description: str
+    missing_modules: list[str] = Field(
+        default_factory=list,
+        description="Top-level modules it imports that are not installed (static check); selecting it says what to install.",
+    )
 
 
 class GemEnvironmentEntry(BaseModel):
@@ -50,8 +59,11 @@ class EnvironmentList(BaseModel):
     environments: list[EnvironmentEntry]
     count: int
     problems: list[ParseProblem] = Field(description="Files that could not be parsed (skipped, not fatal).")
-    duplicates: list[DuplicateName] = Field(description="Names defined more than once; the first one found is used.")
+    duplicates: list[DuplicateName] = Field(
+        description="Names defined more than once: the plain name means the first one found (`used_as`); each is also selectable by its qualified name."
+    )
     searched: list[str]
+    limits_hit: list[str] = Field(default_factory=list, description="Search limits reached (depth, file count): what was not searched.")
     tips: list[str]
     gem: GemSummary | None = Field(None, description="GEM environments by group (ids listed with a filter).")
     gem_environments: list[GemEnvironmentEntry] = Field(
@@ -59,6 +71,61 @@ class EnvironmentList(BaseModel):
     )
     gem_matches: int = Field(0, description="GEM ids matching `filter` in all pages.")
     next_offset: int | None = Field(None, description="offset of the next page of gem_environments, if any.")
+
+
+REVISION_DOC = (
+    "The config's revision after this answer: pass it as rl_start_training(expected_revision=...) so the "
+    "run refuses to start if another client changed the config in between."
+)
+
+
+class SelectAnswer(SelectResult):
+    """rl_select_environment's answer: selected, or still loading in the background."""
+
+    status: Literal["selected", "loading"] = Field(
+        "selected", description="loading: the environment is still being imported; nothing is selected yet."
+    )
+    class_name: str | None = None  # type: ignore[assignment]
+    file_path: str | None = None  # type: ignore[assignment]
+    config_class: str | None = None  # type: ignore[assignment]
+    config_source: str | None = None  # type: ignore[assignment]
+    configurable_fields: int | None = None  # type: ignore[assignment]
+    loading_for_s: float | None = Field(None, description="While loading: seconds the import has taken so far.")
+    revision: str | None = Field(None, description=REVISION_DOC)
+
+
+class CurrentConfigAnswer(CurrentConfig):
+    revision: str = Field(description=REVISION_DOC)
+
+
+class EditAnswer(EditResult):
+    revision: str = Field(description=REVISION_DOC)
+
+
+def config_revision(session: Session) -> str:
+    """A short digest of what a run would be built from: the environment, its edits, the run options."""
+    content = {
+        "environment": session.environment.model_dump(mode="json") if session.environment else None,
+        "edits": session.edits,
+        "run_options": session.run_options,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+async def selected_spec_ready(
+    jobs: Jobs, service: EnvironmentService, budget: CallBudget, progress: Progress, tool: str
+) -> None:
+    """Make sure the selected environment's config is loaded (it is re-imported when its file
+    changed), within the call's budget; otherwise refuse, changing nothing, and say when to retry."""
+    session = await anyio.to_thread.run_sync(service.store.read)
+    key = f"spec:{session.environment.file_path if session.environment else None}"
+    done, _, job = await run_within(jobs, key, "reading the selected environment's config", service.selected, budget, progress)
+    if not done:
+        raise ToolError(
+            f"The selected environment's config is still being read (its file changed; importing it has taken "
+            f"{job.running_for():.0f} s so far) and it goes on in the background. Nothing was done: call {tool} "
+            "again in a moment."
+        )
 
 
 def _gem_summary(gem: GemCatalog) -> GemSummary:
@@ -74,10 +141,16 @@ def _matches(text: str | None, *fields: str) -> bool:
 def register(mcp: MCPServer, state: AppState) -> None:
     service = EnvironmentService(state.settings)
     state.caches["environments"] = service
+    # Stops the introspection worker (a child process of ours) when the server stops.
+    state.caches.setdefault("background_tasks", []).append(service.close_on_exit)
 
-    @mcp.tool(annotations=READ_ONLY)
+    jobs = state.jobs
+    budget_s = state.settings.tool_time_budget_s
+
+    @mcp.tool(title="List training environments", annotations=READ_ONLY)
     @tool_errors
     async def rl_list_environments(
+        ctx: Context,
         filter: Annotated[
             str | None,
             Field(
@@ -98,8 +171,16 @@ def register(mcp: MCPServer, state: AppState) -> None:
         are summarised under `gem`; pass `filter` to list matching GEM ids (paged), or read
         rl://environments/gem for all. Next: rl_select_environment(name or GEM id).
         """
+        budget = CallBudget(budget_s)
         catalog = await anyio.to_thread.run_sync(service.catalog)
-        gem = await anyio.to_thread.run_sync(service.gem)
+        # The first read of the GEM catalog imports gem in a child process (seconds, or more).
+        done, gem, job = await run_within(jobs, "gem-catalog", "listing the GEM environments", service.gem, budget, Progress(ctx, budget))
+        if not done:
+            gem = GemCatalog(
+                installed=True,
+                error=f"The GEM catalog is still loading ({job.running_for():.0f} s so far; it goes on in the "
+                "background): call rl_list_environments again in a moment for the GEM ids.",
+            )
         gem_page: list[GemEnvironmentEntry] = []
         matches = 0
         next_offset = None
@@ -114,12 +195,18 @@ def register(mcp: MCPServer, state: AppState) -> None:
         environments = [
             e
             for e in catalog.environments
-            if filter is None or filter.strip().lower() in ("gem", "*") or _matches(filter, e.name, e.description)
+            if filter is None or filter.strip().lower() in ("gem", "*") or _matches(filter, e.select_name, e.description)
         ]
+        missing = await anyio.to_thread.run_sync(service.missing_modules, catalog)
         return EnvironmentList(
             environments=[
                 EnvironmentEntry(
-                    name=e.name, class_name=e.class_name, file_path=str(e.file_path), description=e.description
+                    name=e.select_name,
+                    own_name=e.name,
+                    class_name=e.class_name,
+                    file_path=str(e.file_path),
+                    description=e.description,
+                    missing_modules=missing.get(e.select_name, []),
                 )
                 for e in environments
             ],
@@ -127,6 +214,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             problems=catalog.problems,
             duplicates=catalog.duplicates,
             searched=[str(p) for p in catalog.searched],
+            limits_hit=catalog.limits_hit,
             tips=[
                 "Select one with rl_select_environment(name); its config fields are then loaded.",
                 "Smoke-test it with rl_test_inference before training.",
@@ -140,43 +228,80 @@ def register(mcp: MCPServer, state: AppState) -> None:
             next_offset=next_offset,
         )
 
-    @mcp.tool(annotations=IDEMPOTENT_EDIT)
+    @mcp.tool(title="Select an environment", annotations=IDEMPOTENT_EDIT)
     @tool_errors
     async def rl_select_environment(
+        ctx: Context,
         name: Annotated[str, Field(description="Environment name from rl_list_environments, e.g. 'arithmetic'.")],
-    ) -> SelectResult:
+    ) -> SelectAnswer:
         """Select the environment to configure, test and train.
 
         Loads the environment's config fields (imports it in a separate process; the first time can
-        take several seconds, later selects are instant until the file changes). Selecting resets
+        take seconds to minutes, later selects are instant until the file changes). Selecting resets
         environment field edits to the environment's defaults; run options are kept.
+        Answers within the server's time budget: if the import is still going then, the answer
+        has status "loading" and nothing is selected yet; the import goes on in the background and
+        calling rl_select_environment(name) again finishes the selection.
         """
-        return await anyio.to_thread.run_sync(service.select, name)
+        budget = CallBudget(budget_s)
+        progress = Progress(ctx, budget)
 
-    @mcp.tool(annotations=READ_ONLY)
+        def load() -> None:  # the slow part: find it (GEM ids read GEM's catalog) and import it
+            service.spec(service.get(name))
+
+        done, _, job = await run_within(jobs, f"select:{name}", f"importing {name} to read its config", load, budget, progress)
+        if not done:
+            return SelectAnswer(
+                status="loading",
+                message=(
+                    f"Still importing {name!r} to read its config ({job.running_for():.0f} s so far; the limit is "
+                    f"{state.settings.introspect_timeout_s:.0f} s). It goes on in the background. Nothing is selected "
+                    f"yet: call rl_select_environment({name!r}) again to finish (instant once loaded)."
+                ),
+                environment=name,
+                loading_for_s=round(job.running_for(), 1),
+                next_step=f"rl_select_environment({name!r})",
+            )
+        result = await anyio.to_thread.run_sync(service.select, name)
+        session = await anyio.to_thread.run_sync(service.store.read)
+        await progress.report(f"selected {name}")
+        return SelectAnswer(**result.model_dump(), revision=config_revision(session))
+
+    @mcp.tool(title="Show the current configuration", annotations=READ_ONLY)
     @tool_errors
-    async def rl_get_current_config() -> CurrentConfig:
+    async def rl_get_current_config(ctx: Context) -> CurrentConfigAnswer:
         """Show the selected environment's configuration.
 
         configurable_fields (type, default, description, current_value) can be changed with
         rl_edit_config; locked_fields are set by the infrastructure; run_options (backend, base
         model, total_steps, batch_size, LoRA rank, learning rate, wandb_project, ...) are editable
-        with rl_edit_config too.
+        with rl_edit_config too. `revision` identifies this config (see rl_start_training).
         """
-        return await anyio.to_thread.run_sync(service.current)
+        budget = CallBudget(budget_s)
+        await selected_spec_ready(jobs, service, budget, Progress(ctx, budget), "rl_get_current_config")
+        current = await anyio.to_thread.run_sync(service.current)
+        session = await anyio.to_thread.run_sync(service.store.read)
+        return CurrentConfigAnswer(**current.model_dump(), revision=config_revision(session))
 
-    @mcp.tool(annotations=IDEMPOTENT_EDIT)
+    @mcp.tool(title="Change a config field or run option", annotations=IDEMPOTENT_EDIT)
     @tool_errors
     async def rl_edit_config(
+        ctx: Context,
         field: Annotated[str, Field(description="A configurable field or run option name from rl_get_current_config.")],
         value: Annotated[Any, Field(description="New value, of the field's type (numbers and booleans as JSON).")],
-    ) -> EditResult:
+    ) -> EditAnswer:
         """Change one field of the selected environment's config, or one run option.
 
         The value is checked against the environment's own config class (type and range); locked
         fields, unknown fields and invalid values are refused with the reason, and nothing changes.
+        The answer carries the config's new `revision`: pass it to
+        rl_start_training(expected_revision=...) to train exactly this config.
         """
-        return await anyio.to_thread.run_sync(service.edit, field, value)
+        budget = CallBudget(budget_s)
+        await selected_spec_ready(jobs, service, budget, Progress(ctx, budget), "rl_edit_config")
+        result = await anyio.to_thread.run_sync(service.edit, field, value)
+        session = await anyio.to_thread.run_sync(service.store.read)
+        return EditAnswer(**result.model_dump(), revision=config_revision(session))
 
     @mcp.resource(
         "rl://environments",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from functools import partial
 from typing import Annotated, Any
 
@@ -17,11 +16,12 @@ from mcp_rl.errors import NotFound
 from mcp_rl.inference_test import report, service
 from mcp_rl.inference_test.models import FINAL_MODEL_STATES, InferenceTestResult
 from mcp_rl.server.app import AppState
+from mcp_rl.server.budget import CallBudget, Progress
+from mcp_rl.server.environment_tools import selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 
-# The tool answers within this many seconds, under common client timeouts (Hermes: 120 s);
-# a test still going by then keeps running and is read later from rl://tests/{test_id}.
-TOOL_WAIT_S = 80.0
+# The tool answers within the server's time budget (Settings.tool_time_budget_s); a test still
+# going by then keeps running and is collected with rl_get_test_result(test_id).
 HTML_MAX_BYTES = 2_000_000
 JSONL_MAX_BYTES = 1_000_000
 
@@ -67,6 +67,23 @@ def _links(result: InferenceTestResult) -> list[ResourceLink]:
     return links
 
 
+def collect_hint(result: InferenceTestResult) -> InferenceTestResult:
+    """A running test's message names the tool that collects it (not every host reads resources)."""
+    if result.state != "running":
+        return result
+    finished = result.summary.models_finished
+    return result.model_copy(
+        update={
+            "message": (
+                f"Still running ({finished}/{len(result.models_tested)} models finished, {result.elapsed_s:.0f} s so far); "
+                f"it keeps running in the background, independent of this server (each model has at most "
+                f"{result.test_config.model_timeout_s:.0f} s). Collect the result with "
+                f"rl_get_test_result('{result.test_id}', wait_s=40), or cancel it with rl_cancel_test('{result.test_id}')."
+            )
+        }
+    )
+
+
 def as_tool_result(result: InferenceTestResult) -> CallToolResult:
     data = result.model_dump(mode="json")
     return CallToolResult(
@@ -86,7 +103,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         return EnvironmentService(settings)
 
-    @mcp.tool(annotations=TEST_INFERENCE)
+    @mcp.tool(title="Smoke-test the environment", annotations=TEST_INFERENCE)
     @tool_errors
     async def rl_test_inference(
         ctx: Context,
@@ -117,11 +134,15 @@ def register(mcp: MCPServer, state: AppState) -> None:
         OPENROUTER_API_KEY one local model (free, CPU). Reports per model: accuracy (score > 0),
         mean score and spread, steps with a correct answer, two sample rollouts, errors with the
         log tail; and the best model and whether the environment works.
-        Answers within about 80 s with progress notifications; a test still running then keeps
-        running in the background and this returns state "running" with its test_id: read
-        rl://tests/{test_id} later for the result. Tests are kept in the state directory.
+        Answers within the server's time budget (default 45 s) with progress notifications; a
+        test still running then keeps running in the background and this returns state
+        "running" with its test_id: collect it with rl_get_test_result(test_id, wait_s=...),
+        list tests with rl_list_tests, cancel with rl_cancel_test. Tests are kept in the state
+        directory.
         """
-        called = time.monotonic()
+        budget = CallBudget(state.settings.tool_time_budget_s)
+        progress_reporter = Progress(ctx, budget)
+        await selected_spec_ready(state.jobs, environments(), budget, progress_reporter, "rl_test_inference")
         env_ref, env_config = await anyio.to_thread.run_sync(service.session_environment, environments())
         started = await anyio.to_thread.run_sync(
             partial(
@@ -138,12 +159,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         )
 
         async def progress(done: float, total: float, message: str) -> None:
-            await ctx.report_progress(done, total, message)
+            await progress_reporter.report(message, done, total)
 
         # The deadline counts from the call: reading the environment's config may have taken a while.
-        wait_s = float(state.caches.get("inference_tool_wait_s", TOOL_WAIT_S)) - (time.monotonic() - called)
-        result = await service.wait_for_test(settings, started.test_id, max(wait_s, 1.0), progress)
-        return as_tool_result(result)
+        result = await service.wait_for_test(settings, started.test_id, budget.remaining(), progress)
+        return as_tool_result(collect_hint(result))
 
     @mcp.resource(
         "rl://tests", name="inference_tests", title="Inference tests", mime_type="application/json",

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.mcpserver import Context
 from mcp.server.subscriptions import ResourceUpdated
 from mcp.types import (
     CallToolResult,
@@ -34,11 +36,14 @@ from mcp_rl.metrics import store
 from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
 from mcp_rl.server.app import AppState
+from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 
 log = logging.getLogger(__name__)
 
 RESULTS_ANNOTATIONS = ToolAnnotations(title="Get run results", read_only_hint=True, open_world_hint=True)
+# Of the tool's time budget, what drawing the plot may use at most before it is left out.
+PLOT_SHARE = 0.5
 _PLOT_CACHE_SIZE = 16
 
 
@@ -48,6 +53,7 @@ class PlotCache:
     def __init__(self, size: int = _PLOT_CACHE_SIZE) -> None:
         self._size = size
         self._items: OrderedDict[str, tuple[tuple[Any, ...], bytes]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @staticmethod
     def _version(run_dir: Path) -> tuple[Any, ...]:
@@ -61,21 +67,23 @@ class PlotCache:
         return tuple(out)
 
     async def png(self, run_id: str, run_dir: Path) -> bytes:
-        from mcp_rl.metrics.plot import render_png
+        return await anyio.to_thread.run_sync(self.png_sync, run_id, run_dir)
+
+    def png_sync(self, run_id: str, run_dir: Path) -> bytes:
+        """The plot (blocking; matplotlib's first import takes seconds). Thread-safe."""
+        from mcp_rl.metrics.plot import render_png  # matplotlib: off the server's start-up path
 
         version = self._version(run_dir)
-        hit = self._items.get(run_id)
-        if hit is not None and hit[0] == version:
-            self._items.move_to_end(run_id)
-            return hit[1]
-
-        def draw() -> bytes:
-            return render_png(store.read_step_table(run_dir), f"run {run_id}")
-
-        data = await anyio.to_thread.run_sync(draw)
-        self._items[run_id] = (version, data)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
+        with self._lock:
+            hit = self._items.get(run_id)
+            if hit is not None and hit[0] == version:
+                self._items.move_to_end(run_id)
+                return hit[1]
+        data = render_png(store.read_step_table(run_dir), f"run {run_id}")
+        with self._lock:
+            self._items[run_id] = (version, data)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
         return data
 
 
@@ -140,9 +148,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
     legacy = state.caches.setdefault("legacy_subscriptions", LegacySubscriptions())
     bus = state.caches.get("subscription_bus")
 
-    @mcp.tool(annotations=RESULTS_ANNOTATIONS)
+    @mcp.tool(title="Get run results", annotations=RESULTS_ANNOTATIONS)
     @tool_errors
     async def rl_get_results(
+        ctx: Context,
         run_id: Annotated[str, Field(description="Run id from rl_start_training or rl_list_runs.")],
         include_plot: Annotated[
             bool, Field(description="Attach the reward/loss PNG (about 50 kB); false for hosts that cannot show images.")
@@ -158,14 +167,28 @@ def register(mcp: MCPServer, state: AppState) -> None:
         loss curve as a PNG (include_plot) and links to the logs and full metrics. W&B problems never fail this
         tool: they are listed under `notes`. Works while the run is still going.
         """
+        budget = CallBudget(settings.tool_time_budget_s)
+        progress = Progress(ctx, budget)
+        await progress.report(f"reading run {run_id}'s metrics")
         results = await get_results(settings, run_id, cache=wandb_cache)
+        await progress.report("metrics read" + (", W&B looked up" if results.wandb and results.wandb.mode == "online" else ""))
         content: list[Any] = [
             TextContent(type="text", text=_summary_line(results)),
             TextContent(type="text", text=results.model_dump_json()),
         ]
         if include_plot:
-            png = await plots.png(run_id, Path(results.run_dir))
-            content.append(ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png"))
+            # Drawing may not take the rest of the budget: past its share the plot is left out
+            # (it is still drawn in the background, so the next call or the resource has it).
+            share = CallBudget(budget.remaining() * PLOT_SHARE + 2.0)
+            run_dir = Path(results.run_dir)
+            drawn, png, _ = await run_within(
+                state.jobs, f"plot:{run_id}", "drawing the reward plot", lambda: plots.png_sync(run_id, run_dir), share, progress
+            )
+            if drawn:
+                content.append(ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png"))
+            else:
+                results.notes.append(f"The plot is still being drawn; read {results.plot_uri} or call rl_get_results again.")
+                content[1] = TextContent(type="text", text=results.model_dump_json())
         content += [
             _link(results.plot_uri, "reward and loss plot", "image/png", "PNG of reward/mean and train/loss per step"),
             _link(results.metrics_uri, "metrics", "application/json", "Per-step metrics (metrics.jsonl)"),

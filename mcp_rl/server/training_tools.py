@@ -9,28 +9,73 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
 from mcp_rl.server.app import AppState
+from mcp_rl.server.budget import CallBudget, Progress, wait_job
+from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.models import RunList, RunStarted, RunStatus, StopResult
+from mcp_rl.supervisor.models import RunList, RunMetrics, RunStarted, RunStatus, StopResult
+from mcp_rl.supervisor.states import RunState
 
 log = logging.getLogger(__name__)
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# Reading a run's status reconciles it: a run whose supervisor died is recorded as failed and its
+# leftover processes (proven to be the run's) are ended. That is a write, so these are not
+# read-only; it never touches a healthy run, hence not destructive.
+RECONCILING_READ = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 STOP = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+
+RECONCILE_NOTE = (
+    "Side effect: if the run's supervisor process has died, this records the run as failed (or stopped, "
+    "if a stop was asked for) and ends its leftover processes; a healthy run is never touched."
+)
 
 CHECK_STATUS_DOC = """Check a training run: state, per-process status, running time, latest metrics
 (step, reward mean, loss), W&B link, log resources, and the cause if it failed.
 
-States: starting, running, completed, failed, stopping, stopped. {limit}"""
+States: starting, running, completed, failed, stopping, stopped. {limit} To wait for the next
+step or the end without polling, use rl_wait_for_run; to follow a log, rl_read_log.
+{reconcile}"""
+
+MAX_RUNS_PAGE = 100
+
+
+class StartAnswer(RunStarted):
+    """rl_start_training's answer: the run, and exactly what it trains."""
+
+    trainer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The trainer section of run.yaml: backend, base_model, num_steps, batch_size, group_size, "
+        "lora_rank, learning_rate, ...",
+    )
+    revision: str = Field(description="The config revision this run was built from (see rl_edit_config).")
+    idempotency_key: str | None = None
+    reused: bool = Field(False, description="True: this key already started this run (within a day); nothing new started.")
+
+
+class StopAnswer(StopResult):
+    in_progress: bool = Field(
+        False, description="True: the stop goes on in the background; call rl_stop_training(run_id) again to collect it."
+    )
+    stopping_for_s: float | None = None
+
+
+class RunPage(RunList):
+    total: int = Field(description="Runs in all pages.")
+    offset: int
+    next_offset: int | None = Field(None, description="Pass as offset for the next page; None on the last page.")
 
 RunId = Annotated[str, Field(description="The run_id returned by rl_start_training (see rl_list_runs).")]
 
@@ -50,6 +95,48 @@ def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallTool
     return CallToolResult(content=[TextContent(type="text", text=model.model_dump_json()), *links], structured_content=data)
 
 
+def headline_metrics(status: RunStatus) -> RunMetrics | None:
+    """The numbers an agent judges a run by, without the full metrics line."""
+    if status.metrics is None:
+        return None
+    return status.metrics.model_copy(update={"latest": {}})
+
+
+def _start_answer(started: RunStarted, revision: str, key: str | None) -> StartAnswer:
+    from mcp_rl.runconfig import RunConfig
+
+    trainer = RunConfig.load(Path(started.config_path)).trainer
+    answer = StartAnswer(
+        **started.model_dump(),
+        trainer=trainer.model_dump(mode="json", exclude={"wandb"}),
+        revision=revision,
+        idempotency_key=key,
+    )
+    answer.message = (
+        f"Training {started.environment} ({trainer.backend} backend, model {trainer.base_model}): {trainer.num_steps} "
+        f"steps of {trainer.batch_size} sequences in groups of {trainer.group_size}, LoRA rank {trainer.lora_rank}, "
+        f"learning rate {trainer.learning_rate:g}; config revision {revision}, written to {started.config_path}. "
+        + started.message
+    )
+    if key is not None:
+        answer.message += f" Retrying with idempotency_key {key!r} within {KEY_TTL_S / 3600:.0f} h returns this run."
+    return answer
+
+
+def _slice(budget: CallBudget, seconds: float) -> CallBudget:
+    """A budget ending `seconds` from now, or with `budget`, whichever is first."""
+    part = CallBudget(seconds)
+    part.deadline = min(budget.deadline, part.started + seconds)
+    return part
+
+
+def _stop_progress(settings: Any, run_id: str, seconds: float) -> str:
+    """Which processes of a stopping run are still up, from the registry."""
+    registry = service.registry_for(settings)
+    states = ", ".join(f"{p.name} {p.state}" for p in registry.processes(run_id))
+    return f"stopping run {run_id} for {seconds:.0f} s: {states or 'no process recorded'}"
+
+
 def register(mcp: MCPServer, state: AppState) -> None:
     settings = state.settings
 
@@ -59,9 +146,30 @@ def register(mcp: MCPServer, state: AppState) -> None:
         existing = state.caches.get("environments")
         return existing if existing is not None else EnvironmentService(settings)
 
-    @mcp.tool(annotations=START)
+    budget_s = settings.tool_time_budget_s
+    jobs = state.jobs
+    idempotency = IdempotencyStore(settings.home / "idempotency")
+
+    @mcp.tool(title="Start a training run", annotations=START)
     @tool_errors
-    async def rl_start_training() -> Annotated[CallToolResult, RunStarted]:
+    async def rl_start_training(
+        ctx: Context,
+        idempotency_key: Annotated[
+            str | None,
+            Field(
+                description="Any unique string (e.g. a UUID) for this start. A retry with the same key within a "
+                "day returns the run it already started instead of starting another.",
+                max_length=200,
+            ),
+        ] = None,
+        expected_revision: Annotated[
+            str | None,
+            Field(
+                description="The config revision you reviewed (from rl_edit_config or rl_get_current_config): "
+                "the start is refused if the config has changed since."
+            ),
+        ] = None,
+    ) -> Annotated[CallToolResult, StartAnswer]:
         """Start a training run with the selected environment and current config.
 
         WARNING: Training takes hours. The run starts in the background and this returns at once
@@ -69,48 +177,136 @@ def register(mcp: MCPServer, state: AppState) -> None:
         disconnects or the server restarts. Backend: tinker when TINKER_API_KEY is set, else the
         local CPU backend (override with rl_edit_config('backend', ...)). Before starting: select
         an environment, review rl_get_current_config, and smoke-test with rl_test_inference.
-        Then poll rl_check_status(run_id) (rarely: every 30 minutes or so) and stop early with
-        rl_stop_training(run_id). Runs, their logs, metrics and checkpoints are kept on disk
-        (runs/<run_id> in the state directory) until deleted, so a run_id stays valid.
+        Run options (total_steps, batch_size, ...) are set with rl_edit_config, not here.
+        Pass an idempotency_key so that a retry (e.g. after a client timeout) cannot start a
+        second run, and expected_revision to train exactly the config you reviewed.
+        Then wait with rl_wait_for_run(run_id) or poll rl_check_status(run_id) (rarely), follow
+        logs with rl_read_log, and stop early with rl_stop_training(run_id). Runs, their logs,
+        metrics and checkpoints are kept on disk (runs/<run_id> in the state directory) until
+        deleted, so a run_id stays valid.
         """
-        started = await anyio.to_thread.run_sync(lambda: service.start_run(settings, environments()))
-        return _with_links(started, started.run_id, started.logs)
+        environments_service = environments()
+        budget = CallBudget(budget_s)
+        await selected_spec_ready(jobs, environments_service, budget, Progress(ctx, budget), "rl_start_training")
+
+        def start() -> dict[str, Any]:
+            session = environments_service.store.read()
+            revision = config_revision(session)
+            if expected_revision is not None and expected_revision != revision:
+                raise ToolError(
+                    f"The config changed since revision {expected_revision!r} (it is now {revision!r}): another client "
+                    "or call edited or re-selected it. Nothing was started. Review rl_get_current_config, then call "
+                    f"rl_start_training(expected_revision={revision!r})."
+                )
+            started = service.start_run(settings, environments_service)
+            return _start_answer(started, revision, idempotency_key).model_dump(mode="json")
+
+        # On a worker thread that is never abandoned: if the host cancels this call, the run and
+        # its idempotency record are still written, so the retry finds them.
+        if idempotency_key is None:
+            data, reused = await anyio.to_thread.run_sync(start), False
+        else:
+            data, reused = await anyio.to_thread.run_sync(lambda: idempotency.once("start", idempotency_key, start))
+        answer = StartAnswer.model_validate(data)
+        if reused:
+            current = await anyio.to_thread.run_sync(lambda: service.run_status(settings, answer.run_id))
+            answer = answer.model_copy(
+                update={
+                    "reused": True,
+                    "status": current.status,
+                    "message": (
+                        f"Already started: idempotency_key {idempotency_key!r} started run {answer.run_id} "
+                        f"(now {current.status}); no new run. {answer.message}"
+                    ),
+                }
+            )
+        return _with_links(answer, answer.run_id, answer.logs)
 
     interval = settings.status_min_interval_s
     limit = (
         f"Detailed checks of a run still going are limited to one per {interval / 60:g} minutes: "
         "an earlier repeat answers rate_limited=true with next_check_in_seconds and still gives the "
-        "state; a run that has ended is always reported at once."
+        "state, step, reward and loss (only the details are left out); a run that has ended is "
+        "always reported at once."
         if interval > 0
         else "Checks are not rate-limited on this server."
     )
 
-    @mcp.tool(annotations=READ_ONLY, description=CHECK_STATUS_DOC.format(limit=limit))
+    @mcp.tool(
+        title="Check a training run",
+        annotations=RECONCILING_READ,
+        description=CHECK_STATUS_DOC.format(limit=limit, reconcile=RECONCILE_NOTE),
+    )
     @tool_errors
     async def rl_check_status(run_id: RunId) -> Annotated[CallToolResult, RunStatus]:
-        status = await anyio.to_thread.run_sync(
-            lambda: service.run_status(settings, run_id, min_interval_s=settings.status_min_interval_s)
-        )
+        def check() -> RunStatus:
+            status = service.run_status(settings, run_id, min_interval_s=settings.status_min_interval_s)
+            if status.rate_limited:
+                # The limit spares the agent's context, not information: the headline numbers
+                # come from the run's own files and cost nothing.
+                status.metrics = headline_metrics(service.run_status(settings, run_id))
+            return status
+
+        status = await anyio.to_thread.run_sync(check)
         return _with_links(status, status.run_id, status.logs)
 
-    @mcp.tool(annotations=STOP)
+    @mcp.tool(title="Stop a training run", annotations=STOP)
     @tool_errors
-    async def rl_stop_training(run_id: RunId) -> StopResult:
-        """Stop a training run: ends the environment, then the trainer, then the Atropos API
-        (each gently, then forcibly after a grace period) and returns once nothing of the run is
-        left. Checkpoints already saved stay available. Stopping a run that already ended does
-        nothing and says so.
+    async def rl_stop_training(ctx: Context, run_id: RunId) -> StopAnswer:
+        """Stop a training run: ends the environment, then the trainer (which saves a checkpoint
+        first), then the Atropos API, each gently, then forcibly after a grace period.
+        Checkpoints already saved stay available. Stopping a run that already ended does nothing
+        and says so. Answers within the server's time budget: if the processes are still ending
+        then, the answer has in_progress=true, the stop goes on in the background, and calling
+        rl_stop_training(run_id) again waits for it (rl_wait_for_run(run_id) works too).
         """
-        return await anyio.to_thread.run_sync(lambda: service.stop_run(settings, run_id))
+        budget = CallBudget(budget_s)
+        progress = Progress(ctx, budget)
+        job = jobs.start(f"stop:{run_id}", f"stopping run {run_id}", lambda: service.stop_run(settings, run_id))
+        while not job.done.is_set() and budget.remaining() > 0:
+            await wait_job(job, _slice(budget, 2.0), progress)
+            if not job.done.is_set():
+                await progress.report(await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for())))
+        if job.done.is_set():
+            jobs.forget(job)
+            result: StopResult = job.outcome()
+            return StopAnswer(**result.model_dump())
+        current = await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for()))
+        return StopAnswer(
+            run_id=run_id,
+            status=RunState.STOPPING,
+            was_running=True,
+            in_progress=True,
+            stopping_for_s=round(job.running_for(), 1),
+            message=(
+                f"Run {run_id} is stopping ({current}). The trainer may take its grace period to save a "
+                "checkpoint; the stop goes on in the background. Call rl_stop_training(run_id) again to wait "
+                "for the end (or rl_wait_for_run(run_id))."
+            ),
+        )
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="List training runs", annotations=RECONCILING_READ)
     @tool_errors
-    async def rl_list_runs() -> RunList:
-        """List every training run, newest first, with its state and latest reward mean.
+    async def rl_list_runs(
+        offset: Annotated[int, Field(ge=0, description="First run to return (newest first).")] = 0,
+        limit: Annotated[int, Field(ge=1, le=MAX_RUNS_PAGE, description="Runs per page.")] = 20,
+    ) -> RunPage:
+        """List training runs, newest first, with state, step and latest reward mean, a page at a time.
 
-        Runs are kept on disk, so this includes runs started by earlier servers.
+        Runs are kept on disk, so this includes runs started by earlier servers. `next_offset`
+        gives the next page. Side effect: runs whose supervisor died are recorded as failed (see
+        rl_check_status).
         """
-        return await anyio.to_thread.run_sync(lambda: service.list_runs(settings))
+        every = await anyio.to_thread.run_sync(lambda: service.list_runs(settings))
+        page = every.runs[offset : offset + limit]
+        total = len(every.runs)
+        return RunPage(
+            runs=page,
+            count=len(page),
+            total=total,
+            offset=offset,
+            next_offset=offset + limit if offset + limit < total else None,
+        )
 
     # --- resources --------------------------------------------------------------------------
     @mcp.resource(
