@@ -1,0 +1,145 @@
+"""Bench: seconds per training step of the Tinker backend, serial (before) vs concurrent (after).
+
+Everything but Tinker itself is real: the trainer's inference server (uvicorn, /generate as
+Atropos calls it), `TinkerBackend` and the real tinker SDK (`tinker.ServiceClient`). Tinker is
+the loopback server of the tests (tests/fakes/tinker_server.py) with injected latency: every
+sample request takes `--sample-s` (1 s), and training requests finish at the next tick of a
+`--cycle-s` clock (Tinker's clock cycles; requests submitted together share a tick).
+
+A step: `--groups` groups (8) are sampled at once, as Atropos' workers ask for them, then one
+training step runs on them.
+- serial (the old behaviour): the inference server samples one request at a time, and the
+  trainer waits for forward_backward before submitting optim_step, then for optim_step before
+  saving the next sampler weights;
+- concurrent (now): up to MCP_RL_REMOTE_SAMPLING_CONCURRENCY samples in flight, and one
+  `train_step` submits forward_backward, optim_step and the sampler weights before waiting.
+Prints seconds per step of each and their ratio; exit 1 unless concurrent <= 1/3 of serial.
+
+    python bench/bench_tinker.py [--steps 3] [--groups 8] [--group-size 4] [--sample-s 1] [--cycle-s 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import anyio
+import httpx
+
+from mcp_rl.settings import Settings
+from mcp_rl.trainer.backends.base import AdamParams, TrainingExample
+from mcp_rl.trainer.backends.tinker import TinkerBackend
+from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+from tests.fakes.tinker_server import (
+    API_KEY,
+    Latency,
+    TinkerServer,
+    TinkerWire,
+    write_tiny_tokenizer,
+)
+from tests.trainer.run_harness import free_port
+
+TARGET_RATIO = 1 / 3
+PROMPT = [11, 12, 13, 14, 15, 16, 17, 18]
+
+
+async def sample_groups(url: str, groups: int, group_size: int) -> list[dict]:
+    """`groups` /generate calls at once, like Atropos' workers; returns every completion."""
+    out: list[dict] = []
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+
+        async def one(g: int) -> None:
+            body = {"input_ids": PROMPT + [20 + g], "return_logprob": True,
+                    "sampling_params": {"n": group_size, "max_new_tokens": 8, "temperature": 1.0}}
+            r = await http.post("/generate", json=body)
+            r.raise_for_status()
+            answer = r.json()
+            out.extend(answer if isinstance(answer, list) else [answer])
+
+        async with anyio.create_task_group() as tg:
+            for g in range(groups):
+                tg.start_soon(one, g)
+    return out
+
+
+def examples_of(completions: list[dict], rng: random.Random) -> list[TrainingExample]:
+    examples = []
+    for c in completions:
+        tokens = [int(t) for _, t, _ in c["meta_info"]["output_token_logprobs"]]
+        logprobs = [float(lp) for lp, _, _ in c["meta_info"]["output_token_logprobs"]]
+        full = PROMPT + tokens
+        trained = [t >= len(PROMPT) - 1 for t in range(len(full) - 1)]
+        advantage = rng.choice([-1.0, 1.0])
+        examples.append(TrainingExample(
+            input_tokens=full[:-1], target_tokens=full[1:],
+            advantages=[advantage if k else 0.0 for k in trained],
+            sampling_logprobs=[0.0] * (len(PROMPT) - 1) + logprobs, trained=trained))
+    return examples
+
+
+def run(mode: str, args: argparse.Namespace, tokenizer_dir: str) -> list[float]:
+    import tinker
+
+    concurrency = 1 if mode == "serial" else Settings.from_env({}).remote_sampling_concurrency
+    rng = random.Random(0)
+    latency = Latency(sample_s=args.sample_s, cycle_s=args.cycle_s)
+    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, latency=latency)) as tinker_server:
+        backend = TinkerBackend(tinker.ServiceClient(base_url=tinker_server.base_url, api_key=API_KEY),
+                                base_model="Qwen/Qwen3-8B", lora_rank=8)
+        backend.prepare()
+        port = free_port()
+        server = ServerThread(build_app(InferenceService(backend), sampling_concurrency=concurrency), "127.0.0.1", port)
+        server.start()
+        adam = AdamParams(learning_rate=1e-5)
+        times = []
+        try:
+            for step in range(1, args.steps + 1):
+                began = time.monotonic()
+                completions = anyio.run(sample_groups, f"http://127.0.0.1:{port}", args.groups, args.group_size)
+                examples = examples_of(completions, rng)
+                if mode == "serial":
+                    backend.forward_backward(examples)
+                    backend.optim_step(adam)
+                    backend.update_sampler(step)
+                else:
+                    backend.train_step(examples, adam, step)
+                times.append(time.monotonic() - began)
+                print(f"  {mode:10s} step {step}: {times[-1]:.2f} s ({len(examples)} sequences)", flush=True)
+        finally:
+            server.stop()
+            backend.close("success")
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--sample-s", type=float, default=1.0)
+    parser.add_argument("--cycle-s", type=float, default=2.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_dir = write_tiny_tokenizer(Path(tmp) / "tokenizer")
+        print(f"{args.groups} groups of {args.group_size} per step, {args.sample_s:g} s per sample request, "
+              f"{args.cycle_s:g} s clock cycle, {args.steps} steps")
+        serial = statistics.mean(run("serial", args, tokenizer_dir))
+        concurrent = statistics.mean(run("concurrent", args, tokenizer_dir))
+    ratio = concurrent / serial
+    print(f"serial:     {serial:.2f} s/step (sampling concurrency 1, waits between fwd/bwd, optim, sampler)")
+    print(f"concurrent: {concurrent:.2f} s/step (sampling concurrency "
+          f"{Settings.from_env({}).remote_sampling_concurrency}, one clock cycle per step)")
+    print(f"ratio: {ratio:.3f} (target <= {TARGET_RATIO:.3f})")
+    return 0 if ratio <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
