@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -144,6 +145,12 @@ def spawn(
             start_new_session=True,
             close_fds=True,
         )
+
+
+def reap_in_background(popen: subprocess.Popen[bytes]) -> None:
+    """Collect a detached child's exit when it ends, so a long-lived parent keeps no zombie.
+    (If the parent exits first, the child is re-parented and reaped by init.)"""
+    threading.Thread(target=popen.wait, name=f"reap-{popen.pid}", daemon=True).start()
 
 
 def identify(pid: int) -> ProcessIdentity | None:

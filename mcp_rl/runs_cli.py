@@ -48,6 +48,7 @@ def format_list(runs: RunList) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     failed = [r for r in runs.runs if r.cause]
     lines += [f"  {r.run_id}: {r.cause}" for r in failed]
+    lines += runs.notes
     return "\n".join(lines)
 
 

@@ -105,6 +105,10 @@ class StopResult(BaseModel):
     status: RunState
     message: str
     was_running: bool = Field(description="False when the run had already ended (nothing was done).")
+    in_progress: bool = Field(
+        default=False,
+        description="True when the stop continues in the background: poll rl_check_status until 'stopped'.",
+    )
     processes_left: list[int] = Field(default_factory=list, description="pids of the run still alive (should be empty).")
     ports_in_use: list[int] = Field(default_factory=list, description="ports of the run still held (should be empty).")
     left_alone: list[str] = Field(

@@ -3,17 +3,19 @@
 A supervisor can die (SIGKILL, OOM, a reboot) while its processes live on in their own
 sessions. Any server (at start-up, in the background) or status call notices from the
 supervisor's recorded pid and start time, records the end with its cause, and ends the
-leftover process groups: env, trainer, API, in that order.
+leftover process groups: env, trainer, API, in that order; only processes proven to be the
+run's (pid, start time and the run's marker, see mcp_rl.processes) are ever signalled.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import sys
 import time
+from pathlib import Path
 
-from mcp_rl.settings import Settings
 from mcp_rl import processes
+from mcp_rl.settings import Settings
 from mcp_rl.supervisor.models import Cleanup, ReconcileReport
 from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, ProcState, RunState, run_marker
@@ -72,37 +74,57 @@ def supervisor_gone(run: RunRecord, now: float) -> bool:
 def refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord:
     """An active run whose supervisor is gone is ended now, never reported as running.
 
-    Only the state change happens here (status calls must stay fast); its leftover processes
-    are ended in the background, and by the next reconciliation if this process dies first.
+    Only the state change happens here (status calls must stay fast, and the CLI calling this
+    exits at once): its leftover processes are ended by a detached stopper that outlives the
+    caller (and by the next reconciliation if that one dies too).
     """
     if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
         return run
-    _reconcile_run(registry, run, Policy.from_env(), background=True)
+    _reconcile_run(registry, run, Policy.from_env(), background=settings)
     return registry.get_run(run.run_id) or run
 
 
-def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, background: bool = False) -> RunState:
+def launch_stopper(settings: Settings, run: RunRecord, cause: str) -> int | None:
+    """Start a detached `mcp_rl.supervisor.stopper` for `run`; returns its pid (None on failure)."""
+    run_dir = Path(run.run_dir)
+    argv = [sys.executable, "-m", "mcp_rl.supervisor.stopper", "--run-id", run.run_id, "--cause", cause]
+    try:
+        popen = processes.spawn(
+            argv, run_dir / "logs" / "supervisor.log", settings.child_env(), cwd=run_dir, marker=run_marker(run.run_dir)
+        )
+    except OSError as exc:
+        log.error("could not start a stopper for run %s: %s", run.run_id, exc)
+        return None
+    processes.reap_in_background(popen)
+    registry_for(settings).record_event(run.run_id, "stopper", "started", f"pid {popen.pid}: {cause}")
+    return popen.pid
+
+
+def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, background: Settings | None = None) -> RunState:
+    """Record the end of a run whose supervisor is gone, then end its leftovers: here, or with
+    `background` (the settings to launch it with) in a detached stopper."""
     # The supervisor may have recorded the end just before exiting.
     current = registry.get_run(run.run_id)
     if current is None or current.state not in ACTIVE_STATES:
         return current.state if current else run.state
     if current.state == RunState.STOPPING:
         final, why = RunState.STOPPED, "stopped on request (supervisor gone)"
-        registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
+        won = registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
     else:
         pid = current.supervisor_pid
         final, why = RunState.FAILED, "stopped because the supervisor died"
         cause = (
             f"the run supervisor (pid {pid}) died while the run was {current.state}; its remaining "
-            f"processes were ended. Check rl://runs/{run.run_id}/logs/supervisor."
+            f"processes are ended (only those proven to be the run's). Check rl://runs/{run.run_id}/logs/supervisor."
             if pid
             else "the run supervisor never started (the server that launched it stopped first)"
         )
-        registry.transition(run.run_id, RunState.FAILED, cause)
-    if background:
-        threading.Thread(
-            target=end_leftovers, args=(registry, current, policy, why), name=f"end-{run.run_id}", daemon=True
-        ).start()
+        won = registry.transition(run.run_id, RunState.FAILED, cause)
+    if not won:  # another server or the supervisor itself recorded the end first and cleans up
+        latest = registry.get_run(run.run_id)
+        return latest.state if latest else final
+    if background is not None:
+        launch_stopper(background, current, why)
     else:
         end_leftovers(registry, current, policy, why)
     return final

@@ -35,7 +35,7 @@ from mcp_rl.supervisor.models import (
     log_uri,
 )
 from mcp_rl.supervisor.ports import port_is_free
-from mcp_rl.supervisor.reconcile import end_leftovers, reconcile, refresh
+from mcp_rl.supervisor.reconcile import end_leftovers, launch_stopper, reconcile, refresh
 from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import (
     LOG_NAMES,
@@ -62,6 +62,8 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_LOG_TAIL = 200
 MAX_LOG_TAIL = 5000
 DEFAULT_METRICS_TAIL = 100
+# Kept back from the tool time budget to build and send the stop answer.
+STOP_ANSWER_MARGIN_S = 3.0
 
 
 def _get_run(registry: Registry, run_id: str) -> RunRecord:
@@ -261,6 +263,8 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     notes = registry.notes + store.damage_report(run_dir)
     if notes:
         message += " Problems: " + " ".join(notes)
+    if run.state in TERMINAL_STATES:
+        message += _ending_note(registry, run)
     return RunStatus(
         **_identity(run, now),
         processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
@@ -277,6 +281,20 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         message=message,
         notes=notes,
     )
+
+
+def _ending_note(registry: Registry, run: RunRecord) -> str:
+    """For an ended run: which of its processes are still being ended, and what was left alone."""
+    note = ""
+    left = _live_pids(registry, run)
+    if left:
+        note += (
+            f" Its processes (pids {left}) are still being ended in the background (gently first); "
+            "check again shortly."
+        )
+    for text in _left_alone_notes(registry, run.run_id):
+        note += f" {text}."
+    return note
 
 
 def _process_status(proc: ProcessRecord | None) -> ProcessStatus:
@@ -320,6 +338,7 @@ def list_runs(settings: Settings) -> RunList:
     registry = registry_for(settings)
     now = time.time()
     summaries = []
+    notes = []
     for run in registry.list_runs():
         run = refresh(registry, run, settings)
         latest = last_json_line(Path(run.run_dir) / "metrics.jsonl") or {}
@@ -338,7 +357,7 @@ def list_runs(settings: Settings) -> RunList:
                 cause=run.cause.splitlines()[0] if run.cause and run.state == RunState.FAILED else None,
             )
         )
-    return RunList(runs=summaries, count=len(summaries), notes=registry.notes)
+    return RunList(runs=summaries, count=len(summaries), notes=registry.notes + notes)
 
 
 # --- stop ----------------------------------------------------------------------------------
@@ -351,10 +370,13 @@ def _already_ended(run: RunRecord) -> StopResult:
     )
 
 
-def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> StopResult:
-    """End a run: its supervisor stops env -> trainer -> API; if the supervisor is gone or
-    does not finish in time, we end the recorded process groups ourselves."""
+def stop_run(settings: Settings, run_id: str, policy: Policy | None = None, budget_s: float | None = None) -> StopResult:
+    """End a run: its supervisor stops env -> trainer -> API. Answers within `budget_s` (the tool
+    time budget): what does not fit (a slow graceful stop, a supervisor that is gone or wedged)
+    is finished by a detached stopper, and the answer says so."""
     policy = policy or Policy.from_env()
+    budget = settings.tool_time_budget_s if budget_s is None else budget_s
+    deadline = time.monotonic() + max(budget - STOP_ANSWER_MARGIN_S, budget / 2)
     registry = registry_for(settings)
     run = _get_run(registry, run_id)
     if run.state in TERMINAL_STATES:
@@ -363,8 +385,12 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
         run = _get_run(registry, run_id)
         if run.state in TERMINAL_STATES:
             return _already_ended(run)
-    marker = run_marker(run.run_dir)
-    supervisor = processes.prove(run.supervisor_pid, run.supervisor_create_time, marker)
+
+    def ended() -> bool:
+        current = registry.get_run(run.run_id)
+        return current is not None and current.state in TERMINAL_STATES
+
+    supervisor = processes.prove(run.supervisor_pid, run.supervisor_create_time, run_marker(run.run_dir))
     if supervisor.alive and supervisor.process is not None:
         # A frozen supervisor cannot act on SIGTERM until continued.
         processes.continue_if_frozen(supervisor)
@@ -372,25 +398,55 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None) -> S
             supervisor.process.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
             pass
-        deadline = time.monotonic() + policy.total_stop_s() + 5.0
-
-        def ended() -> bool:
-            current = registry.get_run(run.run_id)
-            return (current is not None and current.state in TERMINAL_STATES) or not processes.is_alive(
-                run.supervisor_pid, run.supervisor_create_time
-            )
-
+        processes.wait_until(
+            lambda: ended() or not processes.is_alive(run.supervisor_pid, run.supervisor_create_time), deadline
+        )
+    stopper = None
+    if not ended():
+        # The supervisor is gone, unproven or slower than this call may wait: a detached stopper
+        # gives a live one its full stop time, then ends what is left (proven processes only).
+        stopper = launch_stopper(settings, run, "stopped on request")
+        if stopper is None:
+            end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
+            registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no process left")
         processes.wait_until(ended, deadline)
-    cleanup = end_leftovers(registry, run, policy, "stopped on request (supervisor gone)")
-    left_alone = cleanup.left_alone
-    registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no process left")
-    return _stop_result(registry, run.run_id, left_alone)
+    if not ended():
+        return _still_stopping(registry, run.run_id, budget, stopper)
+    return _stop_result(registry, run.run_id, _left_alone_notes(registry, run.run_id))
+
+
+def _left_alone_notes(registry: Registry, run_id: str) -> list[str]:
+    """What this run's stops and clean-ups left alone (recorded as events by end_leftovers)."""
+    return list(dict.fromkeys(e.cause for e in registry.events(run_id) if e.state == "left alone" and e.cause))
+
+
+def _still_stopping(registry: Registry, run_id: str, budget: float, stopper: int | None) -> StopResult:
+    run = _get_run(registry, run_id)
+    who = f"a detached stopper (pid {stopper})" if stopper else f"its supervisor (pid {run.supervisor_pid})"
+    return StopResult(
+        run_id=run_id,
+        status=run.state,
+        was_running=True,
+        in_progress=True,
+        message=(
+            f"Run {run_id} is still stopping: {who} is ending its processes gently (the trainer "
+            f"finishes its step and saves a checkpoint first), which takes longer than this call may "
+            f"wait ({budget:g} s). It continues in the background; call rl_check_status('{run_id}') "
+            "until it says 'stopped'."
+        ),
+        processes_left=_live_pids(registry, run),
+        left_alone=_left_alone_notes(registry, run_id),
+    )
+
+
+def _live_pids(registry: Registry, run: RunRecord) -> list[int]:
+    marker = run_marker(run.run_dir)
+    return [p.pid for p in registry.processes(run.run_id) if p.pid and processes.prove(p.pid, p.create_time, marker).alive]
 
 
 def _stop_result(registry: Registry, run_id: str, left_alone: list[str]) -> StopResult:
     final = _get_run(registry, run_id)
-    marker = run_marker(final.run_dir)
-    left = [p.pid for p in registry.processes(run_id) if p.pid and processes.prove(p.pid, p.create_time, marker).alive]
+    left = _live_pids(registry, final)
     ports = [p for p in (final.api_port, final.inference_port) if p and not port_is_free(p)]
     message = f"Run {run_id} {final.state}."
     if left or ports:

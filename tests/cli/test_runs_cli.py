@@ -23,8 +23,8 @@ from tests.conftest import REPO, make_env
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 
 
-def cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = make_env(home)
+def cli(home: Path, *args: str, timeout: float = 120, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = make_env(home, **(extra or {}))
     env["PATH"] = os.environ.get("PATH", "")
     return subprocess.run([sys.executable, "-m", "mcp_rl", "runs", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -111,3 +111,34 @@ def test_unknown_run_is_a_clear_error(home: Path) -> None:
         result = cli(home, *args)
         assert result.returncode == 2
         assert "Unknown run_id 'nope'" in result.stderr and "Traceback" not in result.stderr
+
+
+STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
+
+
+def test_status_after_the_supervisor_died_ends_the_processes_after_the_command_exits(tmp_path: Path, home: Path, settings: Settings) -> None:
+    """Issue 18.3: the clean-up ran in a daemon thread that died with the short-lived command."""
+    marker = run_marker(str(settings.runs_dir / "orphan"))
+    dead = sleeper(tmp_path, "dead-supervisor", marker)
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    add_run(settings, "orphan", supervisor=dead)
+    api = processes.spawn(SLEEPER, tmp_path / "api.log", dict(os.environ), marker=marker)
+    trainer = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ), marker=marker)
+    registry = service.registry_for(settings)
+    for name, popen in (("api", api), ("trainer", trainer)):
+        ident = processes.identify(popen.pid)
+        registry.set_process("orphan", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
+    try:
+        status = cli(home, "status", "orphan", extra={"MCP_RL_TRAINER_STOP_GRACE": "2"})
+        assert status.returncode == 0, status.stderr
+        assert "failed" in status.stdout and f"supervisor (pid {dead.pid}) died" in status.stdout
+        # The command has exited; the trainer ignores SIGTERM for its 2 s grace, so it is still there.
+        assert "still being ended in the background" in status.stdout
+        assert api.wait(timeout=30) == -15 and trainer.wait(timeout=30) == -9
+        listed = cli(home, "list")
+        assert "still being ended" not in listed.stdout and "orphan" in listed.stdout
+    finally:
+        for popen in (api, trainer):
+            ident = processes.identify(popen.pid)
+            if ident is not None:
+                processes.stop_group(ident.pid, ident.pgid, ident.create_time, 2)

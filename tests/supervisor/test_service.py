@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -261,3 +262,43 @@ def test_reconcile_leaves_alone_a_recorded_pid_it_cannot_prove(tmp_path: Path, s
         assert any(f"pid {stranger.pid} could not be proven" in e.cause for e in registry.events("r1") if e.state == "left alone")
     finally:
         stranger.close()
+
+
+def test_stop_continues_a_frozen_supervisor_and_answers_within_the_budget(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    """Issue 18.4: stop on a SIGSTOPped supervisor blocked 206 s."""
+    marker = _marker(settings, "r1")
+    sup = _sleeper(tmp_path, "supervisor", marker)
+    trainer = _sleeper(tmp_path, "trainer", marker)
+    os.kill(sup.pid, signal.SIGSTOP)
+    try:
+        _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
+        registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
+        started = time.monotonic()
+        result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2), budget_s=20)
+        assert time.monotonic() - started < 20
+        assert result.status == RunState.STOPPED and not result.in_progress and result.processes_left == []
+        assert not processes.is_alive(sup.pid, sup.create_time) and not processes.is_alive(trainer.pid, trainer.create_time)
+    finally:
+        for ident in (sup, trainer):
+            processes.stop_group(ident.pid, ident.pgid, ident.create_time, 2)
+
+
+def test_a_stop_that_does_not_fit_the_budget_continues_in_the_background_and_says_so(
+    tmp_path: Path, settings: Settings, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_RL_TRAINER_STOP_GRACE", "3")  # read by the detached stopper
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
+    popen = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ), marker=_marker(settings, "r1"))
+    trainer = wait_for(lambda: processes.identify(popen.pid), 5, "the stubborn trainer")
+    registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
+    started = time.monotonic()
+    result = service.stop_run(settings, "r1", budget_s=1.0)
+    assert time.monotonic() - started < 1.5
+    assert result.in_progress and result.status == RunState.STOPPING and result.processes_left == [trainer.pid]
+    assert "continues in the background" in result.message and "rl_check_status('r1')" in result.message
+    wait_for(lambda: registry.get_run("r1").state == RunState.STOPPED, 30, "the detached stopper to finish")
+    assert popen.wait(timeout=10) == -signal.SIGKILL  # it ignored SIGTERM for its whole grace
+    status = service.run_status(settings, "r1")
+    assert status.status == RunState.STOPPED and "still being ended" not in status.message
