@@ -282,7 +282,7 @@ def demo_processes(home: Path) -> list[Any]:
 
 def sweep(home: Path) -> list[int]:
     """End the process group of anything still working in `home`; return what was ended."""
-    from mcp_rl.supervisor.processes import stop_group
+    from mcp_rl.processes import stop
 
     own_group = os.getpgid(0)
     ended = []
@@ -293,8 +293,13 @@ def sweep(home: Path) -> list[int]:
         except (ProcessLookupError, OSError, Exception):
             continue
         # Never our own group (a test runner or shell may share it with us): the process alone.
-        stop_group(proc.pid, pgid if pgid != own_group else proc.pid, create_time, SWEEP_GRACE_S)
-        ended.append(proc.pid)
+        # Signalled only when proven the demo's: its environment names the demo's state directory.
+        outcome = stop(
+            proc.pid, pgid if pgid != own_group else proc.pid, create_time, str(home), SWEEP_GRACE_S,
+            marker_env="MCP_RL_HOME",
+        )
+        if outcome.proven:
+            ended.append(proc.pid)
     return ended
 
 
