@@ -159,7 +159,7 @@ def start_test(
     Raises:
         UserError: bad ranges or models (see `plan_models`).
     """
-    from mcp_rl.supervisor.processes import identify, spawn
+    from mcp_rl.processes import identify, spawn
 
     _check_range("num_steps", num_steps, NUM_STEPS_RANGE)
     _check_range("group_size", group_size, GROUP_SIZE_RANGE)
@@ -222,7 +222,7 @@ def test_dir(settings: Settings, test_id: str) -> Path:
 
 
 def _worker_alive(folder: Path) -> bool:
-    from mcp_rl.supervisor.processes import is_alive
+    from mcp_rl.processes import is_alive
 
     try:
         record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))
@@ -242,7 +242,7 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
     result = InferenceTestResult.load(folder / SUMMARY_FILE)
     if result.state != "running":
         return result
-    from mcp_rl.supervisor.processes import stop_group
+    from mcp_rl.processes import stop_group
 
     tail = report.tail_text(folder / WORKER_LOG)
     error = "the test worker exited before this model finished"
@@ -318,7 +318,7 @@ def cancel_test(settings: Settings, test_id: str, timeout_s: float = 30.0) -> In
     A worker that does not finish within `timeout_s` has its group killed; the test then reads
     as failed (and its leftover model processes are ended by `read_test`).
     """
-    from mcp_rl.supervisor.processes import is_alive, stop_group
+    from mcp_rl.processes import is_alive, stop_group
 
     folder = test_dir(settings, test_id)
     try:
