@@ -14,8 +14,10 @@ look-up actually happens.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -97,7 +99,9 @@ def read_runs(api: Any, query: WandbQuery) -> WandbReport:
     entity = query.entity or getattr(api, "default_entity", None)
     report = WandbReport(mode="online", entity=entity, project=query.project, group=query.group)
     path = f"{entity}/{query.project}" if entity else query.project
-    runs = list(api.runs(path, filters={"group": query.group}, per_page=50))
+    # Newest first: after a resume the group holds one trainer run per start, and the newest one
+    # is the run's W&B page and the source of its latest metrics.
+    runs = list(api.runs(path, filters={"group": query.group}, order="-created_at", per_page=50))
     if not runs:
         report.notes.append(f"W&B: no runs in group {query.group!r} of {path} (yet).")
         return report
@@ -145,11 +149,23 @@ def _add_metrics(report: WandbReport, run: Any, summary: dict[str, Any]) -> None
         )
 
 
+# One `wandb.Api` per credentials for the whole process: building one logs in (a request).
+_APIS: dict[tuple[str, str | None, int], Any] = {}
+_APIS_LOCK = threading.Lock()
+
+
 def _default_api(query: WandbQuery) -> Any:
     import wandb  # heavy (and starts wandb-core): only when a look-up really happens
 
-    overrides = {"base_url": query.base_url} if query.base_url else None
-    return wandb.Api(api_key=query.api_key, timeout=max(1, int(query.timeout_s)), overrides=overrides)
+    timeout = max(1, int(query.timeout_s))
+    # The key is held as a digest: the cache lives as long as the process.
+    key = (hashlib.sha256((query.api_key or "").encode()).hexdigest(), query.base_url, timeout)
+    with _APIS_LOCK:
+        api = _APIS.get(key)
+        if api is None:
+            overrides = {"base_url": query.base_url} if query.base_url else None
+            api = _APIS[key] = wandb.Api(api_key=query.api_key, timeout=timeout, overrides=overrides)
+        return api
 
 
 def skipped(query: WandbQuery) -> WandbReport | None:

@@ -66,6 +66,7 @@ class FakeWandbApi:
         self._runs = runs
         self.default_entity = default_entity
         self.runs_calls: list[dict[str, Any]] = []
+        self.orders: list[str] = []
 
     def runs(
         self,
@@ -77,6 +78,7 @@ class FakeWandbApi:
         lazy: bool = True,
     ) -> list[FakeRun]:
         self.runs_calls.append({"path": path, "filters": filters})
+        self.orders.append(order)
         entity, _, project = (path or "").rpartition("/")
         matched = [r for r in self._runs if r.entity == (entity or self.default_entity) and r.project == project]
         for name, wanted in (filters or {}).items():
@@ -84,7 +86,10 @@ class FakeWandbApi:
             if attribute is None:
                 raise AssertionError(f"fake W&B: filter {name!r} not modelled")
             matched = [r for r in matched if getattr(r, attribute) == wanted]
-        return matched
+        # The runs were created in list order; the service sorts by creation time.
+        if order not in ("+created_at", "-created_at"):
+            raise AssertionError(f"fake W&B: order {order!r} not modelled")
+        return matched if order == "+created_at" else matched[::-1]
 
 
 class FailingWandbApi:
