@@ -93,6 +93,9 @@ class Settings(BaseModel):
     # The original rate-limited rl_check_status to once per 30 minutes per run; 0 disables.
     status_min_interval_s: float = 1800.0
     introspect_timeout_s: float = 120.0
+    # How long the warm introspection worker (atroposlib imported once, ~300 MB) waits for the
+    # next select before it exits; 0: no worker, a fresh child per select (seconds slower).
+    introspect_worker_idle_s: float = Field(600.0, ge=0)
     # Every tool call answers within this many seconds (Claude Desktop cancels a call at about
     # 60 s); longer work goes on in the background and the answer names the tool that collects it.
     tool_time_budget_s: float = Field(45.0, gt=0, le=600)
@@ -130,6 +133,7 @@ class Settings(BaseModel):
             env_paths=_paths(env.get("MCP_RL_ENV_PATHS")),
             status_min_interval_s=_float(env, "MCP_RL_STATUS_MIN_INTERVAL", 1800.0),
             introspect_timeout_s=_float(env, "MCP_RL_INTROSPECT_TIMEOUT", 120.0),
+            introspect_worker_idle_s=_float(env, "MCP_RL_INTROSPECT_WORKER_IDLE", 600.0),
             tool_time_budget_s=_float(env, "MCP_RL_TOOL_TIME_BUDGET", 45.0),
             watch_interval_s=min(
                 max(_float(env, "MCP_RL_WATCH_INTERVAL", 1.0), MIN_WATCH_INTERVAL_S), MAX_WATCH_INTERVAL_S

@@ -69,6 +69,9 @@ def make_env(home: Path, **extra: str) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
+        # No warm introspection worker per test server (each imports atroposlib: seconds of CPU
+        # on a shared machine); tests of the worker turn it on.
+        "MCP_RL_INTROSPECT_WORKER_IDLE": "0",
         "MCP_RL_MODEL": os.environ.get("MCP_RL_MODEL") or str(NO_MODEL),
     }
     env.update(extra)
