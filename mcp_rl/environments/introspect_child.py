@@ -1,7 +1,7 @@
 """Child program: import one environment and describe its config fields as JSON.
 
     python -m mcp_rl.environments.introspect_child FILE CLASS_NAME PROJECT_ROOT   (one shot)
-    python -m mcp_rl.environments.introspect_child --worker                        (long-lived)
+    python -m mcp_rl.environments.introspect_child --worker IDLE_SECONDS           (long-lived)
 
 One shot: the environment may print to stdout while importing, so our own stdout is kept aside
 and the JSON document is the only thing written to it, at the end.
@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.environments.child import child_main
+from mcp_rl.environments.config_check_child import has_validators
 
-# The worker exits after this long without a request (it holds torch's memory while it waits).
-IDLE_EXIT_S = 600.0
 # Lines of the child's own output (its log) returned with a failure.
 LOG_TAIL_LINES = 15
 
@@ -129,6 +128,7 @@ def _fallback(fallback_cls: Any, error: Exception | None) -> dict[str, Any]:
         "source": "fallback",
         "fallback_reason": reason,
         "server_configs": [],
+        "has_validators": has_validators(fallback_cls),
     }
 
 
@@ -152,6 +152,8 @@ def introspect(file_path: Path, class_name: str, project_root: Path) -> dict[str
         "fallback_reason": None,
         "server_configs": [_json_safe(s.model_dump(mode="json", exclude={"api_key"})) for s in server_list],
         "working_dir": str(working_dir),
+        # Edits then run the class's own validators over the whole config (config_check).
+        "has_validators": has_validators(type(config)),
     }
 
 
@@ -174,8 +176,9 @@ def _answer(file_path: Path, class_name: str, project_root: Path) -> dict[str, A
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["--worker"]:
-        return worker()
+    if argv[:1] == ["--worker"]:
+        # It exits after this long without a request (it holds torch's memory while it waits).
+        return worker(idle_s=float(argv[1]))
     file_path, class_name, project_root = Path(argv[0]), argv[1], Path(argv[2])
     return child_main(lambda: _answer(file_path, class_name, project_root))
 
@@ -272,7 +275,7 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def worker() -> int:
+def worker(idle_s: float) -> int:
     # Warm: everything an environment module imports first, once (then shared by every fork).
     import atroposlib.envs.base  # noqa: F401
 
@@ -281,7 +284,7 @@ def worker() -> int:
     print(json.dumps({"ready": True}), file=out, flush=True)
     stdin = sys.stdin.buffer
     while True:
-        ready, _, _ = select.select([stdin], [], [], IDLE_EXIT_S)
+        ready, _, _ = select.select([stdin], [], [], idle_s)
         if not ready:
             return 0  # idle: the server starts another one when it needs it
         # One request at a time (the server waits for each answer), so no second line can sit

@@ -72,7 +72,13 @@ class IntrospectionWorker:
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / "worker.log", "ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "mcp_rl.environments.introspect_child", "--worker"],
+                [
+                    sys.executable,
+                    "-m",
+                    "mcp_rl.environments.introspect_child",
+                    "--worker",
+                    f"{self.settings.introspect_worker_idle_s:g}",
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -40,12 +40,14 @@ class EnvironmentService:
         self.store = config.SessionStore(settings)
         self._scan_cache = scan_cache or ScanCache()
         self._gem: GemCatalog | None = None
-        self.worker = IntrospectionWorker(settings)
+        # None when MCP_RL_INTROSPECT_WORKER_IDLE is 0: a one-shot child per cold select.
+        self.worker = IntrospectionWorker(settings) if settings.introspect_worker_idle_s > 0 else None
 
     def catalog(self) -> Catalog:
         # An agent lists before it selects: warm the worker now (atroposlib's ~3 s import) so
         # the select only pays for the environment's own imports.
-        self.worker.start()
+        if self.worker is not None:
+            self.worker.start()
         return scan(self.settings.environment_dirs(), self._scan_cache)
 
     def missing_modules(self, catalog: Catalog) -> dict[str, list[str]]:
@@ -55,7 +57,8 @@ class EnvironmentService:
 
     def close(self) -> None:
         """Stop the introspection worker (the server is shutting down)."""
-        self.worker.close()
+        if self.worker is not None:
+            self.worker.close()
 
     async def close_on_exit(self) -> None:
         """A server background task: runs until the server stops, then stops the worker."""
