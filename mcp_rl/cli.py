@@ -1,5 +1,6 @@
 """The `mcp-rl` command: serve (the MCP server) and the commands people use.
 
+    mcp-rl --version
     mcp-rl serve [--transport stdio|http] [--host H] [--port P]
     mcp-rl demo [--home DIR] [--steps N]
     mcp-rl doctor [--offline] [--json]
@@ -15,6 +16,7 @@ import logging
 import os
 import sys
 
+from mcp_rl import __version__
 from mcp_rl.errors import McpRlError, NotFound
 
 
@@ -68,6 +70,7 @@ def _demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-rl", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"mcp-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).",

@@ -18,6 +18,7 @@ from mcp.server import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl import __version__
+from mcp_rl.server import identity
 from mcp_rl.server.budget import Jobs
 from mcp_rl.settings import Settings
 
@@ -64,7 +65,17 @@ def build_server(settings: Settings | None = None) -> MCPServer:
             finally:
                 tasks.cancel_scope.cancel()
 
-    mcp = MCPServer("mcp-rl", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, subscriptions=bus)
+    mcp = MCPServer(
+        "mcp-rl",
+        title=identity.TITLE,
+        description=identity.DESCRIPTION,
+        website_url=identity.WEBSITE_URL,
+        icons=identity.icons(),
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        subscriptions=bus,
+    )
 
     # Each module owns one area of the surface and closes over `state`.
     from mcp_rl.server import (
@@ -79,6 +90,11 @@ def build_server(settings: Settings | None = None) -> MCPServer:
 
     for module in (environment_tools, training_tools, inference_tools, smoke_test_tools, follow_tools, results_tools):
         module.register(mcp, state)
+    # Workflows for people (prompts) and argument completions, over the tools registered above.
+    from mcp_rl.server import completions, prompts
+
+    prompts.register(mcp, state)
+    completions.register(mcp, state)
     # Last: every tool registered above refuses arguments it does not declare.
     strict.make_strict(mcp)
     return mcp
