@@ -234,6 +234,62 @@ def check_tinker(settings: Settings) -> Check:
                  fix="Try again later; check TINKER_BASE_URL if you set it.")
 
 
+def tokenizer_repo(model: str) -> str:
+    """The hub repository Tinker's SDK loads `model`'s tokenizer from (TrainingClient.get_tokenizer:
+    gated Llama 3 ids use an ungated copy; "org/model/variant" uses "org/model")."""
+    model = model.split(":")[0]
+    if model.startswith("meta-llama/Llama-3"):
+        return "thinkingmachineslabinc/meta-llama-3-instruct-tokenizer"
+    if model.count("/") == 2:
+        return "/".join(model.split("/")[:2])
+    return model
+
+
+def check_tokenizer(settings: Settings, probe_hub: bool, probe: Probe | None = None) -> Check:
+    """Is the tokenizer of the configured Tinker model on this machine, or can the first run fetch it?"""
+    from mcp_rl.trainer.backends.tinker import fetch_hint
+
+    name = "tinker tokenizer"
+    if settings.tinker_api_key is None:
+        return Check(name=name, status=Status.SKIP, detail="TINKER_API_KEY not set: the local model brings its own tokenizer")
+    if settings.tokenizer_path is not None:
+        found = any((settings.tokenizer_path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+        if found:
+            return Check(name=name, status=Status.OK, detail=f"MCP_RL_TOKENIZER_PATH={settings.tokenizer_path}")
+        return Check(name=name, status=Status.FAIL,
+                     detail=f"MCP_RL_TOKENIZER_PATH={settings.tokenizer_path} has no tokenizer.json or tokenizer_config.json",
+                     fix="Point MCP_RL_TOKENIZER_PATH at a folder with the model's tokenizer files, or unset it.")
+    # Only when the check runs: huggingface_hub is heavy.
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    from mcp_rl.config import run_option_defaults
+
+    model = str(run_option_defaults(settings, "tinker")["base_model"])
+    repo = tokenizer_repo(model)
+    if isinstance(try_to_load_from_cache(repo, "tokenizer_config.json"), str):
+        return Check(name=name, status=Status.OK, detail=f"the tokenizer of {model} is in the Hugging Face cache")
+    if constants.HF_HUB_OFFLINE:
+        return Check(name=name, status=Status.WARN,
+                     detail=f"the tokenizer of {model} is not in the Hugging Face cache and HF_HUB_OFFLINE is set",
+                     fix=f"Unset HF_HUB_OFFLINE so the first Tinker run fetches it, or {fetch_hint(repo)}.")
+    if not probe_hub:
+        return Check(name=name, status=Status.WARN,
+                     detail=f"the tokenizer of {model} is not cached yet (the hub was not checked: --offline)",
+                     fix=f"The first Tinker run fetches it from huggingface.co; to fetch it now, {fetch_hint(repo)}.")
+    url = f"{constants.ENDPOINT.rstrip('/')}/api/models/{repo}"
+    try:
+        status, _ = (probe or http_get)(url, {})
+    except (OSError, ValueError) as exc:
+        return Check(name=name, status=Status.FAIL,
+                     detail=f"the tokenizer of {model} is not cached and the hub is unreachable ({getattr(exc, 'reason', exc)})",
+                     fix=f"A Tinker run would fail at start: {fetch_hint(repo)}.")
+    if status == 200:
+        return Check(name=name, status=Status.OK,
+                     detail=f"the tokenizer of {model} is not cached yet; the first Tinker run fetches it from the hub")
+    return Check(name=name, status=Status.FAIL, detail=f"the hub answered HTTP {status} for {repo}",
+                 fix=f"Check the model name (rl_edit_config base_model), or {fetch_hint(repo)}.")
+
+
 def check_wandb(settings: Settings, env: Mapping[str, str]) -> Check:
     if settings.wandb_api_key is None:
         mode = settings.wandb_mode or "disabled"
@@ -308,6 +364,7 @@ def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = H
             checks.append(Check(name=name, status=Status.SKIP, detail="not checked (--offline)"))
         else:
             checks.append(probe())
+    checks.append(check_tokenizer(settings, probe_hub=not offline))
     return Report(checks=checks)
 
 
