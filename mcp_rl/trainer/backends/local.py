@@ -23,7 +23,7 @@ from mcp_rl.trainer.backends.base import (
     TrainingBackend,
     TrainingExample,
 )
-from mcp_rl.trainer.backends.prompt_cache import PromptCache
+from mcp_rl.trainer.backends.prompt_cache import PromptCache, croppable
 
 log = logging.getLogger(__name__)
 
@@ -110,59 +110,119 @@ class LocalBackend(TrainingBackend):
         return sorted(ids)
 
     def sample(self, request: SamplingRequest) -> list[SampledSequence]:
-        with self._lock:
-            return self._sample_locked(request)
+        return self.sample_batch([request])[0]
 
-    def _sample_locked(self, request: SamplingRequest) -> list[SampledSequence]:
-        torch = self._torch
-        if not request.prompt_tokens:
+    def sample_batch(self, requests: list[SamplingRequest]) -> list[list[SampledSequence]]:
+        """The completions of several requests, decoded together: each prompt is prefilled on
+        its own (through the prompt cache), then every sequence of every request advances in
+        ONE batched decode loop. A decode step on a CPU costs nearly the same for 32 rows as
+        for 4 (it is bound by reading the weights), so this is where batching pays."""
+        if any(not r.prompt_tokens for r in requests):
             raise ValueError("empty prompt")
-        n = max(1, request.n)
-        stop_ids = set(self.eos_ids) | set(request.stop_token_ids)
-        generator = self._generator
-        if request.seed is not None:
-            generator = torch.Generator(device="cpu").manual_seed(request.seed)
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        logprobs: list[list[float]] = [[] for _ in range(n)]
-        reasons: list[str | None] = [None] * n
-        with torch.no_grad():
-            # Every sample shares the prompt: run it once and copy the cache n ways. A prompt that
-            # extends a recent one (the next turn of an episode) only computes its new tokens.
-            reused, past = self.prompt_cache.lookup(request.prompt_tokens, self._weights_version)
-            prompt = torch.tensor([request.prompt_tokens], device=self.device)
-            out = self.model(input_ids=prompt[:, reused:], past_key_values=past, use_cache=True, logits_to_keep=1)
+        with self._lock, self._torch.no_grad():
+            prefills = [self._prefill(r) for r in requests]
+            if len(requests) > 1 and not all(croppable(past) for past, _ in prefills):
+                # Caches of different prompts are merged by left padding, which only plain
+                # full-attention layers allow (the condition for cropping a cache too).
+                return [self._decode([r], [p])[0] for r, p in zip(requests, prefills, strict=True)]
+            return self._decode(requests, prefills)
+
+    def _prefill(self, request: SamplingRequest) -> tuple[Any, Any]:
+        """(KV cache of the prompt, logits after it), through the prompt cache: a prompt that
+        extends a recent one (the next turn of an episode, the shared instructions of a
+        batch) only computes its new tokens."""
+        torch = self._torch
+        reused, past = self.prompt_cache.lookup(request.prompt_tokens, self._weights_version)
+        prompt = torch.tensor([request.prompt_tokens[reused:]], device=self.device)
+        out = self.model(input_ids=prompt, past_key_values=past, use_cache=True, logits_to_keep=1)
+        self.prompt_cache.store(request.prompt_tokens, out.past_key_values, self._weights_version)
+        return out.past_key_values, out.logits[:, -1, :].float()
+
+    def _decode(self, requests: list[SamplingRequest], prefills: list[tuple[Any, Any]]) -> list[list[SampledSequence]]:
+        torch = self._torch
+        # Row r of the batch is a sample of request `row_request[r]` (a request's rows are adjacent).
+        row_request = [j for j, r in enumerate(requests) for _ in range(max(1, r.n))]
+        counts = [max(1, r.n) for r in requests]
+        lengths = torch.tensor([len(requests[j].prompt_tokens) for j in row_request], dtype=torch.long)
+        width = int(lengths.max())
+        padded = bool((lengths != width).any())
+        past = _merge_caches([p for p, _ in prefills], counts, width) if len(requests) > 1 else prefills[0][0]
+        if len(requests) == 1 and counts[0] > 1:
+            past.batch_repeat_interleave(counts[0])
+        logits = torch.cat([lg.expand(c, -1) for (_, lg), c in zip(prefills, counts, strict=True)])
+        # Left padding is masked out; positions count each row's own tokens (the cached keys
+        # already carry their rotary positions, so padding changes nothing a row attends to).
+        attention = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long().to(self.device)
+        positions = lengths.to(self.device)[:, None]
+        generators = [self._generator if r.seed is None else torch.Generator(device="cpu").manual_seed(r.seed)
+                      for r in requests]
+        stop_ids = [set(self.eos_ids) | set(r.stop_token_ids) for r in requests]
+        tokens: list[list[int]] = [[] for _ in row_request]
+        logprobs: list[list[float]] = [[] for _ in row_request]
+        # Why each row ended ("stop", "length"), None while it runs.
+        done: list[str | None] = ["length" if requests[j].max_tokens <= 0 else None for j in row_request]
+        live = list(range(len(row_request)))  # the batch's rows, as global row ids
+        while True:
+            self._step_rows(requests, generators, stop_ids, row_request, live, logits, tokens, logprobs, done)
+            if all(done[r] for r in live):
+                break
+            keep = self._rows_to_keep(requests, row_request, live, done)
+            if keep is not None:
+                index = torch.tensor(keep, device=self.device)
+                past.batch_select_indices(index)
+                attention, positions, logits = attention[index], positions[index], logits[index]
+                live = [live[i] for i in keep]
+            last = torch.tensor([tokens[r][-1] if tokens[r] else 0 for r in live], device=self.device)[:, None]
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            out = self.model(input_ids=last, past_key_values=past, use_cache=True,
+                             attention_mask=attention if padded else None, position_ids=positions)
+            positions = positions + 1
             past = out.past_key_values
-            self.prompt_cache.store(request.prompt_tokens, past, self._weights_version)
-            if n > 1 and hasattr(past, "batch_repeat_interleave"):
-                past.batch_repeat_interleave(n)
-                logits = out.logits[:, -1, :].float().expand(n, -1)
-            elif n > 1:
-                out = self.model(input_ids=prompt.expand(n, -1), use_cache=True, logits_to_keep=1)
-                past = out.past_key_values
-                logits = out.logits[:, -1, :].float()
-            else:
-                logits = out.logits[:, -1, :].float()
-            for _ in range(max(0, request.max_tokens)):
-                logp = torch.log_softmax(logits, dim=-1)
-                next_ids = self._pick(logits, request, generator)
-                chosen = logp.gather(1, next_ids[:, None])[:, 0]
-                for i in range(n):
-                    if reasons[i] is not None:
-                        continue
-                    tok = int(next_ids[i])
-                    tokens[i].append(tok)
-                    logprobs[i].append(float(chosen[i]))
-                    if tok in stop_ids or (request.stop and self._hits_stop(tokens[i], request.stop)):
-                        reasons[i] = "stop"
-                if all(r is not None for r in reasons):
-                    break
-                out = self.model(input_ids=next_ids[:, None].to(self.device), past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[:, -1, :].float()
-        return [
-            SampledSequence(tokens=t, logprobs=lp, finish_reason=r or "length")  # type: ignore[arg-type]
-            for t, lp, r in zip(tokens, logprobs, reasons, strict=True)
-        ]
+            logits = out.logits[:, -1, :].float()
+        seqs = [SampledSequence(tokens=t, logprobs=lp, finish_reason=d or "length")  # type: ignore[arg-type]
+                for t, lp, d in zip(tokens, logprobs, done, strict=True)]
+        starts = [sum(counts[:j]) for j in range(len(counts))]
+        return [seqs[start : start + c] for start, c in zip(starts, counts, strict=True)]
+
+    def _step_rows(self, requests: list[SamplingRequest], generators: list[Any], stop_ids: list[set[int]],
+                   row_request: list[int], live: list[int], logits: Any, tokens: list[list[int]],
+                   logprobs: list[list[float]], done: list[str | None]) -> None:
+        """Pick the next token of every live row (each request with its own temperature, top_p
+        and generator) and record it with its logprob under the unscaled distribution."""
+        torch = self._torch
+        logp = torch.log_softmax(logits, dim=-1)
+        by_request: dict[int, list[int]] = {}
+        for i, r in enumerate(live):
+            by_request.setdefault(row_request[r], []).append(i)
+        for j, idx in by_request.items():
+            request = requests[j]
+            rows = torch.tensor(idx, device=logits.device)
+            picked = self._pick(logits[rows], request, generators[j])
+            chosen = logp[rows].gather(1, picked[:, None])[:, 0]
+            for i, tok, lp in zip(idx, picked.tolist(), chosen.tolist(), strict=True):
+                r = live[i]
+                if done[r]:
+                    continue
+                tokens[r].append(tok)
+                logprobs[r].append(lp)
+                if tok in stop_ids[j] or (request.stop and self._hits_stop(tokens[r], request.stop)):
+                    done[r] = "stop"
+                elif len(tokens[r]) >= request.max_tokens:
+                    done[r] = "length"
+
+    @staticmethod
+    def _rows_to_keep(requests: list[SamplingRequest], row_request: list[int], live: list[int],
+                      done: list[str | None]) -> list[int] | None:
+        """Batch positions worth decoding on, or None to keep the batch as it is. Dropping rows
+        copies the whole KV cache, so it waits until a quarter of the rows are finished. The
+        rows of a seeded request stay until all of them are done: its generator then draws
+        exactly as it would for that request alone."""
+        finished = [bool(done[r]) and (requests[row_request[r]].seed is None
+                                        or all(done[q] for q in live if row_request[q] == row_request[r]))
+                    for r in live]
+        if sum(finished) * 4 < len(live):
+            return None
+        return [i for i, f in enumerate(finished) if not f]
 
     def _pick(self, logits: Any, request: SamplingRequest, generator: Any) -> Any:
         torch = self._torch
@@ -344,6 +404,24 @@ class LocalBackend(TrainingBackend):
                 self._optimizer.load_state_dict(state["optimizer"])
             if state.get("generator") is not None:
                 self._generator.set_state(state["generator"])
+
+
+def _merge_caches(caches: list[Any], counts: list[int], width: int) -> Any:
+    """One batched cache from caches of batch one: cache i repeated counts[i] times (one row per
+    sample) and left-padded with zeros to `width` positions (the attention mask hides them).
+    Reuses the first cache object."""
+    import torch
+    import torch.nn.functional as F
+
+    merged = caches[0]
+    for index, layer in enumerate(merged.layers):
+        parts = [(c.layers[index].keys, c.layers[index].values) for c in caches]
+        pads = [width - k.shape[-2] for k, _ in parts]
+        layer.keys = torch.cat([F.pad(k, (0, 0, p, 0)).expand(n, -1, -1, -1)
+                                for (k, _), p, n in zip(parts, pads, counts, strict=True)])
+        layer.values = torch.cat([F.pad(v, (0, 0, p, 0)).expand(n, -1, -1, -1)
+                                  for (_, v), p, n in zip(parts, pads, counts, strict=True)])
+    return merged
 
 
 def _temp_sibling(target: Path) -> Path:
