@@ -42,6 +42,11 @@ MIN_WATCH_INTERVAL_S = 0.1
 MAX_WATCH_INTERVAL_S = 3600.0
 
 
+def _words(value: str | None) -> list[str]:
+    """A list written with commas and/or spaces."""
+    return (value or "").replace(",", " ").split()
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -113,8 +118,16 @@ class Settings(BaseModel):
     wandb_mode: str | None = None
     openrouter_api_key: SecretStr | None = None
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
+    # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
+    http_token: SecretStr | None = None
+    http_allowed_hosts: list[str] = []
     # Sampling requests a remote backend (Tinker) serves at once; the local model stays serial.
     remote_sampling_concurrency: int = 32
+    # The local sampler batches requests that arrive together: after a first request it waits
+    # this long for others (an environment's workers ask within milliseconds of each other),
+    # and a batch holds at most this many sequences.
+    local_batch_window_s: float = Field(0.02, ge=0, le=1)
+    local_batch_max_sequences: int = Field(64, ge=1)
     # How long the trainer waits for Tinker to create its model (it may queue) before failing.
     tinker_create_timeout_s: float = 600.0
     # Lifetime of intermediate Tinker checkpoints (seconds, >= 3600); None keeps them forever.
@@ -147,7 +160,11 @@ class Settings(BaseModel):
             wandb_mode=env.get("WANDB_MODE") or None,
             openrouter_api_key=_secret(env, "OPENROUTER_API_KEY"),
             openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
+            http_token=_secret(env, "MCP_RL_TOKEN"),
+            http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
+            local_batch_window_s=_float(env, "MCP_RL_LOCAL_BATCH_WINDOW", 0.02),
+            local_batch_max_sequences=_int(env, "MCP_RL_LOCAL_BATCH_MAX_SEQUENCES", 64, minimum=1),
             tinker_create_timeout_s=_float(env, "MCP_RL_TINKER_CREATE_TIMEOUT", 600.0),
             tinker_checkpoint_ttl_s=_ttl(env, "MCP_RL_TINKER_CHECKPOINT_TTL", 7 * 24 * 3600),
             tokenizer_path=Path(tok).expanduser().resolve() if (tok := env.get("MCP_RL_TOKENIZER_PATH")) else None,
