@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mcp_rl.environments.config_check import check_whole_config
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
-from mcp_rl.errors import NotFound, UserError
+from mcp_rl.errors import NotFound, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
 from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings, write_text_atomic
 from mcp_rl.settings import Settings, configs_dir
@@ -43,7 +44,8 @@ BackendChoice = Literal["auto", "local", "tinker"]
 class RunOptions(BaseModel):
     """Run-level settings the agent may edit; defaults depend on the backend."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and infinity are bad input like any other invalid number (JSON cannot even store them).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     backend: BackendChoice = Field("auto", description="auto: tinker when TINKER_API_KEY is set, else local.")
     base_model: str = Field(
@@ -59,6 +61,17 @@ class RunOptions(BaseModel):
     max_token_trainer_length: int = Field(ge=16, le=1_000_000, description="Longest sequence the trainer takes.")
     save_checkpoint_interval: int = Field(ge=0, description="Save a resumable checkpoint every N steps (0: final only).")
     wandb_project: str = Field(min_length=1, description="W&B project (used when W&B is configured).")
+
+    @field_validator(
+        "total_steps", "batch_size", "lora_rank", "learning_rate", "adam_beta1", "adam_beta2",
+        "max_token_trainer_length", "save_checkpoint_interval", mode="before",
+    )
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        # pydantic reads true as 1; an agent sending total_steps=true meant something else.
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got the boolean {value}")
+        return value
 
 
 RUN_OPTION_NAMES = tuple(RunOptions.model_fields)
@@ -84,10 +97,60 @@ def run_option_defaults(settings: Settings, backend: str) -> dict[str, Any]:
 
 
 def resolve_run_options(settings: Settings, edits: dict[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
-    """The effective run options and the defaults they were built on."""
+    """The effective run options and the defaults they were built on (strict: a bad edit raises)."""
     backend = effective_backend(settings, edits.get("backend", "auto"))
     defaults = {"backend": "auto", **run_option_defaults(settings, backend)}
     return RunOptions.model_validate({**defaults, **edits}), defaults
+
+
+def clean_run_options(settings: Settings, stored: Any) -> tuple[dict[str, Any], list[str]]:
+    """Stored run options with unknown names dropped and bad values reset to their defaults.
+
+    session.json may have been written by another version of mcp-rl or edited by hand; one bad
+    option must not make every config tool fail. Each repair is described in a note.
+    """
+    if not isinstance(stored, dict):
+        return {}, [f"run_options in session.json was not a mapping ({clip(stored)}); all run options are at their defaults."]
+    options = dict(stored)
+    notes: list[str] = []
+    for name in [n for n in options if n not in RUN_OPTION_NAMES]:
+        notes.append(f"Unknown run option {clip(name)} in session.json was ignored (value {clip(options.pop(name))}).")
+    if "backend" in options and options["backend"] not in ("auto", "local", "tinker"):
+        notes.append(f"Run option backend had a bad value {clip(options.pop('backend'))}; reset to its default 'auto'.")
+    # Each value alone against the defaults: a bad one is named and dropped, the others kept.
+    for _ in range(len(RUN_OPTION_NAMES)):
+        try:
+            resolve_run_options(settings, options)
+            break
+        except ValidationError as exc:
+            bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"] and err["loc"][0] in options}
+            if not bad:
+                raise
+            for name in sorted(bad):
+                value = options.pop(name)
+                detail = "; ".join(e["msg"] for e in exc.errors() if e["loc"] and e["loc"][0] == name)
+                notes.append(f"Run option {name} had a bad value {clip(value)} in session.json ({detail}); reset to its default.")
+    return options, notes
+
+
+def clean_edits(spec: ConfigSpec, stored: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Stored environment edits that still fit the environment's fields; the others are dropped
+    (back to the environment's own value) with a note."""
+    edits: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, value in stored.items():
+        field_spec = spec.field(name)
+        if field_spec is None:
+            notes.append(f"Edit of unknown field {clip(name)} in session.json was ignored (value {clip(value)}).")
+            continue
+        try:
+            edits[name] = _validate_field(field_spec, value)
+        except UserError:
+            notes.append(
+                f"Edit {name}={clip(value)} in session.json is not valid for the environment; "
+                f"{name} is back to {field_spec.initial!r}."
+            )
+    return edits, notes
 
 
 # --- locked fields --------------------------------------------------------------------------
@@ -113,34 +176,79 @@ class Session(BaseModel):
     edits: dict[str, Any] = {}
     run_options: dict[str, Any] = {}
     selected_at: float | None = None
+    # What reading session.json had to repair (never written back; shown in the answers).
+    notes: list[str] = Field(default_factory=list, exclude=True)
 
 
 class SessionStore:
     def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._path = settings.session_file
         self._lock_path = settings.session_file.with_suffix(".lock")
 
     def _locked(self) -> AbstractContextManager[None]:
         return exclusive_lock(self._lock_path)
 
+    def _keep_aside(self) -> Path:
+        """Move the damaged session.json aside (never deleted) and say where it went."""
+        aside = self._path.with_name(f"session.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9}.json")
+        self._path.replace(aside)
+        return aside
+
     def _read_unlocked(self) -> Session:
         try:
-            return Session.model_validate_json(self._path.read_text(encoding="utf-8"))
+            raw = self._path.read_bytes()
         except FileNotFoundError:
             return Session()
-        except ValueError:
+        except OSError as exc:  # a directory, unreadable, ...
+            aside = self._keep_aside()
+            return Session(notes=[f"session.json could not be read ({exc.strerror or exc}); it was moved to {aside}. "
+                                  "Select an environment again with rl_select_environment."])
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        except ValueError as exc:
             # Never lose it silently: keep the damaged file beside the fresh session.
-            self._path.replace(self._path.with_suffix(f".damaged-{int(time.time())}.json"))
-            return Session()
+            aside = self._keep_aside()
+            return Session(notes=[f"session.json was damaged ({clip_message(str(exc), 200)}); it was moved to {aside} and a "
+                                  "fresh session started. Select an environment again with rl_select_environment."])
+        return self._salvage(data)
+
+    def _salvage(self, data: dict[str, Any]) -> Session:
+        """Keep every part of a parsed session that is valid; each part dropped gets a note."""
+        notes: list[str] = []
+        session = Session()
+        for key in ("environment", "edits", "selected_at"):
+            if key not in data:
+                continue
+            try:
+                session = Session.model_validate({**session.model_dump(), key: data[key]})
+            except ValidationError:
+                notes.append(f"{key} in session.json was not valid ({clip(data[key])}) and was ignored.")
+        if session.environment is None and session.edits:
+            session = session.model_copy(update={"edits": {}})
+        run_options, option_notes = clean_run_options(self._settings, data.get("run_options", {}))
+        unknown = sorted(set(data) - set(Session.model_fields))
+        if unknown:
+            notes.append(f"Unknown keys {', '.join(map(clip, unknown))} in session.json were ignored.")
+        return session.model_copy(update={"run_options": run_options, "notes": notes + option_notes})
 
     def read(self) -> Session:
         with self._locked():
             return self._read_unlocked()
 
     def update(self, change: Callable[[Session], Session]) -> Session:
-        """Apply `change` to the current session atomically; if it raises, nothing is written."""
+        """Apply `change` to the current session atomically; if it raises, nothing is written.
+
+        A session that needed repairs is kept aside before the repaired one replaces it.
+        """
         with self._locked():
-            new = change(self._read_unlocked())
+            current = self._read_unlocked()
+            new = change(current)
+            if current.notes and self._path.is_file():
+                aside = self._path.with_name(f"session.before-repair-{time.strftime('%Y%m%dT%H%M%S')}.json")
+                aside.write_bytes(self._path.read_bytes())
             write_text_atomic(self._path, new.model_dump_json(indent=2))
             return new
 
@@ -170,6 +278,9 @@ class CurrentConfig(BaseModel):
     locked_fields: list[LockedField]
     run_options: list[ConfigurableField]
     tip: str
+    notes: list[str] = Field(
+        default_factory=list, description="Repairs of the stored session: values ignored or reset to defaults."
+    )
 
 
 def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> CurrentConfig:
@@ -177,13 +288,14 @@ def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> Cu
     options, defaults = resolve_run_options(settings, session.run_options)
     backend = effective_backend(settings, options.backend)
     locked = locked_fields(backend)
+    edits, edit_notes = clean_edits(spec, session.edits)
     configurable = [
         ConfigurableField(
             name=f.name,
             type=f.type,
             default=f.initial,
             description=f.description,
-            current_value=session.edits.get(f.name, f.initial),
+            current_value=edits.get(f.name, f.initial),
         )
         for f in spec.fields
         if f.name not in locked.env
@@ -216,6 +328,7 @@ def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> Cu
             "are set by the infrastructure ('derived' ones when the run starts). Shorter runs: lower "
             "total_steps; group_size must divide batch_size."
         ),
+        notes=session.notes + edit_notes,
     )
 
 
@@ -243,7 +356,7 @@ def _coerce(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return yaml.safe_load(value)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
             return value
     return value
 
@@ -256,15 +369,38 @@ def _validate_field(spec: FieldSpec, value: Any) -> Any:
     coerced = _coerce(value)
     if coerced is not value and coerced != value:
         candidates.append(coerced)
-    first_error: str | None = None
+    # The value as the agent meant it (the coerced one, when it differs) says best what is wrong.
+    last_error = ""
     for candidate in candidates:
+        if not _finite(candidate):
+            last_error = "not a finite number (NaN and infinity are refused)"
+            continue
         errors = sorted(validator.iter_errors(candidate), key=lambda e: e.path)
         if not errors:
             return candidate
-        if first_error is None:
-            first_error = errors[0].message
+        last_error = clip_message(errors[0].message, 300)
+    if isinstance(value, str) and not _finite(_float_or_none(value)):
+        last_error = "not a finite number (NaN and infinity are refused)"  # 'inf', 'NaN', 'Infinity'
     expected = spec.type or spec.json_schema.get("type", "?")
-    raise UserError(f"Invalid value {value!r} for {spec.name} (type {expected}): {first_error}. Nothing was changed.")
+    raise UserError(f"Invalid value {clip(value)} for {spec.name} (type {expected}): {last_error}. Nothing was changed.")
+
+
+def _float_or_none(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _finite(value: Any) -> bool:
+    """False if `value` is or holds a NaN or an infinity (JSON schema lets them through as numbers)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def _check_group_vs_batch(group_size: Any, batch_size: Any, *, previous_group: Any = None) -> None:
@@ -294,8 +430,35 @@ def _check_group_vs_batch(group_size: Any, batch_size: Any, *, previous_group: A
     )
 
 
-def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field: str, value: Any) -> EditResult:
-    """Validate one edit and persist it; on any error nothing changes."""
+# Validates a whole environment config (the environment's own class, in a child process); returns
+# the errors, empty when valid.
+WholeConfigCheck = Callable[[dict[str, Any]], list[str]]
+
+
+def _check_whole_config(check: WholeConfigCheck, spec: ConfigSpec, edits: dict[str, Any], field: str, value: Any) -> None:
+    """Run the config class's own validators (e.g. min <= max) over the config this edit makes."""
+    errors = check({**spec.initial_values, **edits})
+    if errors:
+        raise UserError(
+            f"Invalid value {clip(value)} for {field}: {spec.config_class} refuses the resulting config: "
+            f"{clip_message('; '.join(errors), 400)}. Nothing was changed."
+        )
+
+
+def edit_config(
+    settings: Settings,
+    store: SessionStore,
+    spec: ConfigSpec,
+    field: str,
+    value: Any,
+    whole_config_check: WholeConfigCheck | None = None,
+) -> EditResult:
+    """Validate one edit and persist it; on any error nothing changes.
+
+    Each field is checked against its JSON schema here, then the whole resulting config by the
+    config class's own validators (which a schema cannot express), in a child process unless
+    introspection found none; `whole_config_check` replaces that child (tests).
+    """
 
     result: dict[str, EditResult] = {}
 
@@ -305,6 +468,7 @@ def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field
         options, _ = resolve_run_options(settings, session.run_options)
         backend = effective_backend(settings, options.backend)
         locked = locked_fields(backend)
+        edits, _ = clean_edits(spec, session.edits)
         if field in RUN_OPTION_NAMES:
             new_options = dict(session.run_options)
             new_options[field] = _coerce(value) if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend") else value
@@ -312,20 +476,20 @@ def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field
                 resolved, _ = resolve_run_options(settings, new_options)
             except ValidationError as exc:
                 detail = "; ".join(err["msg"] for err in exc.errors())
-                raise UserError(f"Invalid value {value!r} for run option {field}: {detail}. Nothing was changed.") from None
-            group = session.edits.get("group_size", _initial(spec, "group_size"))
+                raise UserError(f"Invalid value {clip(value)} for run option {field}: {detail}. Nothing was changed.") from None
+            group = edits.get("group_size", _initial(spec, "group_size"))
             _check_group_vs_batch(group, resolved.batch_size)
             if field == "base_model":
                 _check_base_model(settings, resolved)
             previous = getattr(options, field)
             result["r"] = EditResult(
-                message=f"Run option {field} set to {getattr(resolved, field)!r}.",
+                message=f"Run option {field} set to {clip(getattr(resolved, field))}.",
                 field=field,
                 value=getattr(resolved, field),
                 previous_value=previous,
                 kind="run_option",
             )
-            return session.model_copy(update={"run_options": new_options})
+            return session.model_copy(update={"run_options": new_options, "edits": edits})
         if field in locked.env or (field.startswith("openai.") and field[7:] in locked.openai):
             locked_value = locked.env.get(field, locked.openai.get(field[7:]))
             raise UserError(
@@ -338,18 +502,21 @@ def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field
             close = difflib.get_close_matches(field, editable, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise NotFound(
-                f"Unknown field {field!r} for {session.environment.name}.{hint} "
+                f"Unknown field {clip(field)} for {session.environment.name}.{hint} "
                 f"Editable fields: {', '.join(sorted(editable))}."
             )
         checked = _validate_field(field_spec, value)
         if field == "group_size":
-            previous_group = session.edits.get("group_size", _initial(spec, "group_size"))
+            previous_group = edits.get("group_size", _initial(spec, "group_size"))
             _check_group_vs_batch(checked, options.batch_size, previous_group=previous_group)
-        previous = session.edits.get(field, field_spec.initial)
-        edits = dict(session.edits)
-        edits[field] = checked
+        previous = edits.get(field, field_spec.initial)
+        edits = {**edits, field: checked}
+        if spec.has_validators is not False:
+            env = session.environment
+            check = whole_config_check or (lambda values: check_whole_config(settings, env, values, list(edits)))
+            _check_whole_config(check, spec, edits, field, value)
         result["r"] = EditResult(
-            message=f"{field} set to {checked!r} (was {previous!r}).",
+            message=f"{field} set to {clip(checked)} (was {clip(previous)}).",
             field=field,
             value=checked,
             previous_value=previous,
@@ -357,8 +524,11 @@ def edit_config(settings: Settings, store: SessionStore, spec: ConfigSpec, field
         )
         return session.model_copy(update={"edits": edits})
 
-    store.update(change)
-    return result["r"]
+    session = store.update(change)
+    edit = result["r"]
+    if session.notes:
+        edit.message += " Repairs of the stored session: " + " ".join(session.notes)
+    return edit
 
 
 def _initial(spec: ConfigSpec, name: str) -> Any:
@@ -415,7 +585,8 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
     if backend == "local" and importlib.util.find_spec("torch") is None:
         raise UserError("The local backend needs torch: pip install 'mcp-rl[local]' (CPU build: torch==2.13.0).")
     _check_base_model(settings, options)
-    env_values = {**spec.initial_values, **session.edits}
+    edits, _ = clean_edits(spec, session.edits)
+    env_values = {**spec.initial_values, **edits}
     group_size = env_values.get("group_size")
     _check_group_vs_batch(group_size, options.batch_size)
     if isinstance(group_size, int) and group_size > options.batch_size:

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 
 from mcp_rl import config
+from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import NotFound, UserError
+from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, make_env
 
@@ -148,3 +150,154 @@ def test_a_group_change_no_single_order_allows_is_refused_with_the_path_that_wor
     service.edit("batch_size", 12)  # following the message
     service.edit("group_size", 6)
     assert service.edit("batch_size", 6).value == 6
+
+
+# --- bad values, a damaged session (issue 18 items 2, 6, 8): no introspection child needed ------
+def _spec(has_validators: bool | None = False) -> ConfigSpec:
+    def field(name: str, type_: str, initial: object, schema: dict) -> FieldSpec:
+        return FieldSpec(name=name, type=type_, initial=initial, default=initial, json_schema=schema)
+
+    return ConfigSpec(
+        config_class="ToyConfig",
+        source="config_init",
+        has_validators=has_validators,
+        fields=[
+            field("temperature", "float", 1.0, {"type": "number", "minimum": 0}),
+            field("group_size", "int", 4, {"type": "integer", "minimum": 1}),
+            field("min_operand", "int", 1, {"type": "integer", "minimum": 0}),
+            field("max_operand", "int", 9, {"type": "integer", "minimum": 1}),
+            field("name", "str", "toy", {"type": "string"}),
+        ],
+    )
+
+
+@pytest.fixture
+def store(settings: Settings) -> config.SessionStore:
+    settings.ensure_home()
+    store = config.SessionStore(settings)
+    ref = EnvironmentRef(name="toy", class_name="Toy", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere"))
+    store.update(lambda s: s.model_copy(update={"environment": ref}))
+    return store
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", ".nan"),
+        ("temperature", float("nan")),
+        ("temperature", "inf"),
+        ("temperature", ".inf"),
+        ("temperature", "-.inf"),
+        ("temperature", float("inf")),
+        ("learning_rate", "nan"),
+        ("learning_rate", float("nan")),
+        ("adam_beta1", float("nan")),
+        ("adam_beta2", "-inf"),
+        ("total_steps", True),
+        ("total_steps", "true"),
+        ("batch_size", False),
+        ("group_size", True),
+    ],
+)
+def test_non_finite_numbers_and_booleans_are_refused_and_change_nothing(settings, store, field, value):
+    before = settings.session_file.read_bytes()
+    with pytest.raises(UserError, match="Nothing was changed") as info:
+        config.edit_config(settings, store, _spec(), field, value)
+    assert "finite" in str(info.value) or "boolean" in str(info.value) or "integer" in str(info.value)
+    assert settings.session_file.read_bytes() == before
+
+
+def test_a_huge_value_is_echoed_as_a_short_prefix(settings, store):
+    huge = "9" * 1_000_000
+    for field in ("temperature", "total_steps", "no_such_field" * 100_000):
+        with pytest.raises(UserError) as info:
+            config.edit_config(settings, store, _spec(), field, huge if field != "total_steps" else "x" * 1_000_000)
+        assert len(str(info.value)) < 2_000, field
+
+
+def test_the_config_class_refuses_a_contradiction_and_nothing_changes(settings, store):
+    seen: list[dict] = []
+
+    def check(values: dict) -> list[str]:
+        seen.append(values)
+        return ["ToyConfig: min_operand (20) must not exceed max_operand (9)"] if values["min_operand"] > values["max_operand"] else []
+
+    before = settings.session_file.read_bytes()
+    with pytest.raises(UserError, match=r"ToyConfig refuses .*must not exceed.* Nothing was changed"):
+        config.edit_config(settings, store, _spec(has_validators=True), "min_operand", 20, whole_config_check=check)
+    assert settings.session_file.read_bytes() == before
+    assert seen[-1]["min_operand"] == 20 and seen[-1]["temperature"] == 1.0  # the whole merged config
+    config.edit_config(settings, store, _spec(has_validators=True), "max_operand", 30, whole_config_check=check)
+    assert config.edit_config(settings, store, _spec(has_validators=True), "min_operand", 20, whole_config_check=check).value == 20
+    # No validators (introspection says so): no check at all.
+    config.edit_config(settings, store, _spec(has_validators=False), "min_operand", 50, whole_config_check=check)
+    assert seen[-1]["min_operand"] == 20
+
+
+def _write_session(settings: Settings, data: object) -> None:
+    settings.session_file.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_unknown_and_bad_run_options_in_session_json_are_noted_and_reset(settings, store):
+    data = json.loads(settings.session_file.read_text())
+    data["run_options"] = {"total_steps": "many", "lora_rank": 4, "warp_speed": 9, "learning_rate": None, "batch_size": 8}
+    data["edits"] = {"temperature": None, "gone_field": 3, "group_size": 2}
+    data["future_key"] = {"x": 1}
+    _write_session(settings, data)
+    current = config.current_config(settings, store.read(), _spec())
+    options = {o.name: o.current_value for o in current.run_options}
+    assert options["total_steps"] == 30 and options["learning_rate"] == 5e-4  # the local defaults
+    assert options["lora_rank"] == 4 and options["batch_size"] == 8  # good values are kept
+    fields = {f.name: f.current_value for f in current.configurable_fields}
+    assert fields["temperature"] == 1.0 and fields["group_size"] == 2
+    notes = " ".join(current.notes)
+    for word in ("warp_speed", "total_steps", "learning_rate", "gone_field", "temperature", "future_key"):
+        assert word in notes, word
+    # An edit works, writes the repaired session and keeps the one it repaired.
+    edit = config.edit_config(settings, store, _spec(), "lora_rank", 16)
+    assert edit.value == 16 and "warp_speed" in edit.message
+    stored = json.loads(settings.session_file.read_text())
+    assert stored["run_options"] == {"lora_rank": 16, "batch_size": 8} and stored["edits"] == {"group_size": 2}
+    (kept,) = settings.home.glob("session.before-repair-*.json")
+    assert json.loads(kept.read_text())["run_options"]["warp_speed"] == 9
+    assert config.current_config(settings, store.read(), _spec()).notes == []
+
+
+@pytest.mark.parametrize("how", ["garbage", "non-utf8", "directory", "a list", "wrong types", "empty"])
+def test_a_damaged_session_json_is_kept_aside_and_a_fresh_one_works(settings, store, how):
+    path = settings.session_file
+    if how == "garbage":
+        path.write_text("{not json")
+    elif how == "non-utf8":
+        path.write_bytes(b'{"edits": {"name": "\xff\xfe"}}')
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    elif how == "a list":
+        path.write_text("[1, 2]")
+    elif how == "wrong types":
+        path.write_text(json.dumps({"environment": 5, "edits": [], "run_options": "fast", "selected_at": "noon"}))
+    elif how == "empty":
+        path.write_text("")
+    session = store.read()
+    assert session.environment is None and session.notes, how
+    assert "session.json" in session.notes[0]
+    if how != "wrong types":
+        assert "moved to" in session.notes[0] and list(settings.home.glob("session.damaged-*")), how
+    store.update(lambda s: s.model_copy(update={"run_options": {"total_steps": 3}}))
+    assert store.read().run_options == {"total_steps": 3} and store.read().notes == []
+
+
+def test_a_string_field_still_takes_the_word_nan(settings, store):
+    assert config.edit_config(settings, store, _spec(), "name", "nan").value == "nan"
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("0", 0.1), ("-5", 0.1), ("0.5", 0.5), ("1e9", 3600.0), ("", 1.0)])
+def test_the_watch_interval_is_bounded(home, raw, expected):
+    assert Settings.from_env(make_env(home, MCP_RL_WATCH_INTERVAL=raw)).watch_interval_s == expected
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf"])
+def test_non_finite_seconds_in_the_environment_are_refused(home, raw):
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        Settings.from_env(make_env(home, MCP_RL_WATCH_INTERVAL=raw))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from pydantic import Field
+from pydantic import Field, model_validator
 
 MASKED = -100
 # Atropos's placeholder logprob for prompt positions (never trained on).
@@ -39,12 +39,19 @@ def default_tokenizer() -> str:
 class ArithmeticEnvConfig(BaseEnvConfig):
     min_operand: int = Field(default=1, ge=0, description="Smallest operand")
     max_operand: int = Field(default=9, ge=1, description="Largest operand")
-    operations: str = Field(default="+", description="Operators to draw from, any of '+-*'")
+    operations: str = Field(default="+", pattern=r"^[-+*]+$", description="Operators to draw from, any of '+-*'")
     eval_fraction: float = Field(default=0.2, gt=0, lt=1, description="Share of problems held out for evaluation")
     problem_seed: int = Field(default=0, description="Seed of the problem split and training order")
     max_new_tokens: int = Field(default=8, ge=1, le=64, description="Tokens per answer")
     temperature: float = Field(default=1.0, ge=0, description="Sampling temperature of training rollouts")
     few_shot: bool = Field(default=True, description="Show two worked examples before the question")
+
+    @model_validator(mode="after")
+    def _operand_range(self) -> ArithmeticEnvConfig:
+        # Checked here so rl_edit_config refuses it at once, not the run 13 s after it starts.
+        if self.min_operand > self.max_operand:
+            raise ValueError(f"min_operand ({self.min_operand}) must not exceed max_operand ({self.max_operand})")
+        return self
 
 
 def answer_of(a: int, op: str, b: int) -> int:
