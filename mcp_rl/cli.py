@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).",
                            description="Run the MCP server. HTTP binds 127.0.0.1 unless --host says otherwise; "
-                           "any non-loopback --host needs MCP_RL_TOKEN (clients send Authorization: Bearer <token>).")
+                           "every HTTP request's Host/Origin must name the server; any non-loopback --host needs "
+                           "MCP_RL_TOKEN (clients send Authorization: Bearer <token>) and, for 0.0.0.0 or ::, "
+                           "MCP_RL_ALLOWED_HOSTS (the names clients use).")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")

@@ -1,46 +1,62 @@
-"""`mcp-rl serve --transport http`: the MCP server over streamable HTTP, token-guarded.
+"""`mcp-rl serve --transport http`: the MCP server over streamable HTTP, Host/Origin-checked and
+token-guarded.
 
-One endpoint (`/mcp` by default) serves both protocol eras, like stdio. Loopback binds get the
-SDK's DNS-rebinding protection; other binds need `MCP_RL_TOKEN` (see `mcp_rl.http_auth`).
+One endpoint (`/mcp` by default) serves both protocol eras, like stdio. Every bind checks Host
+and Origin against an allow-list; non-loopback binds also need `MCP_RL_TOKEN` (see
+`mcp_rl.http_auth`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
-from collections.abc import Mapping
 
-from mcp_rl.http_auth import TOKEN_ENV, BearerTokenMiddleware, bind_policy, is_loopback
+from mcp_rl.http_auth import BindPolicy, bind_policy, guarded, is_loopback
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def build_http_app(host: str, token: str | None, settings: Settings | None = None, path: str = "/mcp"):
-    """The ASGI app: the SDK's streamable HTTP app, behind the bearer check when a token is set."""
+def policy_for(host: str, settings: Settings) -> BindPolicy:
+    """The bind rule applied to `settings` (MCP_RL_TOKEN, MCP_RL_ALLOWED_HOSTS).
+
+    Raises:
+        UserError: the bind is not allowed as configured (checked before anything binds).
+    """
+    token = settings.http_token.get_secret_value() if settings.http_token is not None else None
+    return bind_policy(host, token, settings.http_allowed_hosts)
+
+
+def build_http_app(policy: BindPolicy, settings: Settings | None = None, path: str = "/mcp"):
+    """The ASGI app: the SDK's streamable HTTP app behind our Host/Origin and bearer checks."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
     from mcp_rl.server import build_server
 
     mcp = build_server(settings)
-    # `host` tells the SDK whether to switch on DNS-rebinding protection (loopback binds only).
-    app = mcp.streamable_http_app(streamable_http_path=path, host=host)
-    return BearerTokenMiddleware(app, token) if token else app
+    # Our HostOriginMiddleware checks every bind however its address is spelled; the SDK's own
+    # check (exact 127.0.0.1/localhost/::1 binds only, case-sensitive) would only duplicate it.
+    # The SDK still checks Content-Type on POST.
+    app = mcp.streamable_http_app(
+        streamable_http_path=path,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return guarded(app, policy)
 
 
-def serve_http(host: str, port: int, path: str = "/mcp", env: Mapping[str, str] | None = None) -> None:
+def serve_http(host: str, port: int, path: str = "/mcp", settings: Settings | None = None) -> None:
     """Run until interrupted.
 
     Raises:
-        UserError: a non-loopback `host` without MCP_RL_TOKEN (checked before anything binds).
+        UserError: the bind is not allowed as configured (see `policy_for`).
     """
     import uvicorn
 
-    env = os.environ if env is None else env
-    token = bind_policy(host, env.get(TOKEN_ENV))
-    app = build_http_app(host, token, Settings.from_env(env), path)
+    settings = settings or Settings.from_env()
+    policy = policy_for(host, settings)
+    app = build_http_app(policy, settings, path)
     shown = f"[{host}]" if ":" in host else host
-    guard = "bearer token required" if token else "no token (loopback only)"
-    print(f"mcp-rl: MCP over streamable HTTP at http://{shown}:{port}{path} ({guard})", file=sys.stderr, flush=True)
+    print(f"mcp-rl: MCP over streamable HTTP at http://{shown}:{port}{path} ({policy.guard})", file=sys.stderr, flush=True)
     if not is_loopback(host):
         log.warning("serving on a non-loopback address %s; requests need the bearer token", host)
     # uvicorn's access log holds method, path and status only, never headers (so never the token).
