@@ -18,13 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import itertools
 import logging
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import (
+    APIServerConfig,
+    BaseEnv,
+    BaseEnvConfig,
+    ScoredDataGroup,
+)
 from pydantic import Field
 
 from mcp_rl.environments.gem_returns import (
@@ -47,6 +54,15 @@ MAX_EMPTY_ROUNDS = 3
 Template = Literal["qwen3_game", "qwen3_general", "qwen3_game_prefill", "chat", "no"]
 # Templates that render raw ChatML text; OpenAI-type servers get them as text completions.
 TEXT_TEMPLATES = ("qwen3_game", "qwen3_general", "qwen3_game_prefill")
+Profile = Literal["auto", "local", "tinker"]
+# What template, max_tokens_per_turn, num_envs and max_turns are when a run leaves them unset.
+PROFILES: dict[str, dict[str, Any]] = {
+    # The embedded 135M model on 2 CPU cores: short prefilled answers, few episodes at once.
+    "local": {"template": "qwen3_game_prefill", "max_tokens_per_turn": 16, "num_envs": 4, "max_turns": 10},
+    # GEM's Tinker recipe for games (tinker-cookbook recipes/gem_rl): the qwen3_game prompt, long
+    # turns to reason in, 64 environments in parallel, and no turn cap besides the game's own.
+    "tinker": {"template": "qwen3_game", "max_tokens_per_turn": 1024, "num_envs": 64, "max_turns": None},
+}
 
 
 # --- templates --------------------------------------------------------------------------------
@@ -102,15 +118,24 @@ class GemEnvConfig(BaseEnvConfig):
     env_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra keyword arguments for gem.make, e.g. {\"max_turns\": 6}."
     )
-    num_envs: int = Field(4, ge=1, le=256, description="Episodes played in parallel while a group is collected.")
+    profile: Profile = Field(
+        "auto",
+        description="Defaults of template, max_tokens_per_turn, num_envs and max_turns when they are left unset: "
+        "local (small CPU model: qwen3_game_prefill, 16 tokens per turn, 4 envs, 10 turns) or tinker (GEM's Tinker "
+        "recipe: qwen3_game, 1024 tokens per turn, 64 envs, no turn cap). auto: local when the run's model is a "
+        "local folder, tinker when it is a hub model name (the Tinker backend).",
+    )
+    num_envs: int | None = Field(
+        None, ge=1, le=256, description="Episodes played in parallel while a group is collected (unset: the profile's)."
+    )
     wrappers: str = Field(
         "concat",
         description="Comma-separated GEM wrappers, applied in order: concat (observation keeps the history), "
         "concat_with_action, concat_chat, concat_chat_on_reset, python_tool, episode_tracking; '' for none.",
     )
-    template: Template = Field(
-        "qwen3_game_prefill",
-        description="Observation template. qwen3_game / qwen3_general: the recipe's Qwen3 chat prompts asking for "
+    template: Template | None = Field(
+        None,
+        description="Observation template (unset: the profile's). qwen3_game / qwen3_general: the recipe's Qwen3 chat prompts asking for "
         "step-by-step reasoning and a \\boxed{} answer (use with larger models and max_tokens_per_turn ~2048); "
         "qwen3_game_prefill: the game prompt with the answer started as \\boxed{ and cut at } (short answers, "
         "small models); chat: the model's own chat template; no: the raw observation.",
@@ -119,10 +144,13 @@ class GemEnvConfig(BaseEnvConfig):
     batch_normalize: bool = Field(
         True, description="ReBN: normalise returns to zero mean, unit std across the transitions of a group."
     )
-    max_turns: int = Field(
-        10, ge=1, le=1000, description="Turns after which an episode is cut (the GEM environment's own limit applies first)."
+    max_turns: int | None = Field(
+        None, ge=1, le=1000, description="Turns after which an episode is cut (the GEM environment's own limit applies "
+        "first; unset: the profile's, none on tinker)."
     )
-    max_tokens_per_turn: int = Field(16, ge=1, le=32768, description="Most tokens the policy samples per turn.")
+    max_tokens_per_turn: int | None = Field(
+        None, ge=1, le=32768, description="Most tokens the policy samples per turn (unset: the profile's)."
+    )
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the policy's actions.")
     success_reward: float = Field(
         1.0, description="An episode counts as a success when its last reward is at least this (GEM's win reward)."
@@ -135,6 +163,16 @@ class GemEnvConfig(BaseEnvConfig):
     )
     eval_episodes: int = Field(16, ge=0, le=10_000, description="Episodes played (greedily) by each evaluation.")
     seed: int = Field(0, ge=0, description="Seed of the episodes' starting states (episode i uses seed + i).")
+
+
+def resolve_profile(config: GemEnvConfig) -> GemEnvConfig:
+    """`config` with the unset fields filled from its profile (auto: by where the model lives)."""
+    profile = config.profile
+    if profile == "auto":
+        profile = "local" if Path(str(config.tokenizer_name)).expanduser().is_dir() else "tinker"
+    defaults = PROFILES[profile]
+    unset = {name: value for name, value in defaults.items() if getattr(config, name) is None}
+    return config.model_copy(update={**unset, "profile": profile})
 
 
 # --- episodes ---------------------------------------------------------------------------------
@@ -243,6 +281,7 @@ class GemEnv(BaseEnv):
     env_config_cls = GemEnvConfig
 
     def __init__(self, config: GemEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False) -> None:
+        config = resolve_profile(config)
         super().__init__(config, server_configs, slurm, testing)
         self.config: GemEnvConfig = config
         self._pool: list[Any] = []
@@ -379,7 +418,8 @@ class GemEnv(BaseEnv):
                 observation, _ = env.reset(seed=seed)
             except Exception as exc:
                 raise EpisodeFailed(f"reset raised {type(exc).__name__}: {exc}") from exc
-            for _turn in range(self.config.max_turns):
+            turns = range(self.config.max_turns) if self.config.max_turns is not None else itertools.count()
+            for _turn in turns:
                 prompt = render(self.config.template, observation, self.tokenizer)
                 prompt_tokens = self.tokenizer.encode(prompt.text, add_special_tokens=False)
                 if len(prompt_tokens) + self.config.max_tokens_per_turn >= self._context_limit():
