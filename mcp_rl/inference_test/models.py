@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
 
 Provider = Literal["openrouter", "local"]
-ModelState = Literal["pending", "running", "succeeded", "failed", "timed_out", "cancelled"]
+# over_budget: the model used up its request or token budget and was stopped (see usage).
+ModelState = Literal["pending", "running", "succeeded", "failed", "timed_out", "over_budget", "cancelled"]
 TestState = Literal["running", "completed", "failed", "cancelled"]
-FINAL_MODEL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "cancelled"})
+FINAL_MODEL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "over_budget", "cancelled"})
 
 TEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -67,6 +68,32 @@ class ModelSpec(BaseModel):
     scale: str
     provider: Provider
     slug: str
+    # How the test's gateway treats this model's requests (configs/test_models.yaml).
+    reasoning: dict[str, Any] | None = Field(
+        default=None, description="OpenRouter `reasoning` request options added to every request (remote models)."
+    )
+    min_max_tokens: int | None = Field(default=None, description="max_tokens is raised to at least this (remote models).")
+    request_budget: int | None = Field(default=None, description="Most requests this model may make in the test.")
+    token_budget: int | None = Field(default=None, description="Most tokens (prompt + completion) this model may use.")
+
+
+class ModelUsage(BaseModel):
+    """What one model's requests cost, counted by the test's gateway."""
+
+    requests: int = Field(default=0, description="Requests sent to the provider (retries included).")
+    retries: int = Field(default=0, description="Of those, repeats after a rate limit, provider error or lost connection.")
+    refused: int = Field(default=0, description="Requests the gateway answered itself (budget spent or model stopped).")
+    answers: int = Field(default=0, description="Completions with content.")
+    empty_answers: int = Field(default=0, description="Completions with empty content cut at max_tokens (reasoning used it up).")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = Field(default=None, description="As reported by the provider (OpenRouter usage accounting).")
+    request_budget: int | None = None
+    token_budget: int | None = None
+    errors: dict[str, int] = Field(default_factory=dict, description="Provider answers that were errors, by HTTP status.")
+    last_error: str | None = Field(default=None, description="The provider's last error, in its own words.")
 
 
 class TestSpec(BaseModel):
@@ -93,6 +120,9 @@ class TestSpec(BaseModel):
     # provides the tokenizer every BaseEnv loads, which must be local (no hub access).
     local_model: str = "default"
     use_wandb: bool = False
+    # The run's base model (local folder or hub id): its tokenizer is used when it is available
+    # locally, else the local model's. None: use the local model's.
+    tokenizer: str | None = None
 
     def dump(self, path: Path) -> None:
         write_text_atomic(path, self.model_dump_json(indent=2))
@@ -159,7 +189,9 @@ class ModelResult(BaseModel):
     unreadable_lines: int = 0
     samples: list[RolloutSample] = []
 
-    error: str | None = None
+    usage: ModelUsage | None = Field(default=None, description="Requests, tokens and cost of this model (remote and local).")
+    notes: list[str] = Field(default_factory=list, description="Things worth knowing about the answers (e.g. empty ones).")
+    error: str | None = Field(default=None, description="Why the model did not succeed: one line with the cause and the fix.")
     log_tail: str | None = None
     output_file: str | None = None
     html_file: str | None = None
@@ -176,6 +208,8 @@ class TestConfig(BaseModel):
     total_rollouts: int
     max_parallel: int
     model_timeout_s: float
+    tokenizer: str | None = Field(default=None, description="The tokenizer the environment used to count tokens.")
+    tokenizer_note: str | None = None
 
 
 class TestSummary(BaseModel):

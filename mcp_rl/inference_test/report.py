@@ -225,6 +225,7 @@ def build_result(
     state: TestState,
     finished_at: float | None = None,
     note: str | None = None,
+    tokenizer_note: str | None = None,
 ) -> InferenceTestResult:
     """The whole test's answer from its models' results."""
     finished = [m for m in models if m.state in FINAL_MODEL_STATES]
@@ -252,6 +253,8 @@ def build_result(
             total_rollouts=rollouts * len(models),
             max_parallel=spec.max_parallel,
             model_timeout_s=spec.model_timeout_s,
+            tokenizer=spec.tokenizer,
+            tokenizer_note=tokenizer_note,
         ),
         models_tested=models,
         summary=TestSummary(
@@ -276,7 +279,7 @@ def build_result(
 def describe(state: TestState, models: list[ModelResult], best: ModelResult | None) -> str:
     """One sentence an agent can act on."""
     done = sum(1 for m in models if m.state in FINAL_MODEL_STATES)
-    failed = [m.model for m in models if m.state in ("failed", "timed_out")]
+    failed = [m for m in models if m.state in ("failed", "timed_out", "over_budget")]
     if state == "running":
         return f"Running: {done}/{len(models)} models finished."
     parts = []
@@ -287,8 +290,23 @@ def describe(state: TestState, models: list[ModelResult], best: ModelResult | No
         )
     else:
         parts.append("No model produced a scored group: check the errors and logs before training.")
-    if failed:
-        parts.append(f"Failed or timed out: {', '.join(failed)} (see each model's error and log_tail).")
+    for m in failed:
+        parts.append(f"{m.model} {m.state.replace('_', ' ')}: {m.error or 'see its log_tail'}")
     if state == "cancelled":
         parts.append("The test was cancelled before all models finished.")
+    spent = usage_line(models)
+    if spent:
+        parts.append(spent)
     return " ".join(parts)
+
+
+def usage_line(models: Iterable[ModelResult]) -> str:
+    """What the test cost over all models ('' when nothing was counted)."""
+    used = [m.usage for m in models if m.usage is not None]
+    if not used:
+        return ""
+    requests = sum(u.requests for u in used)
+    tokens = sum(u.total_tokens for u in used)
+    costs = [u.cost_usd for u in used if u.cost_usd is not None]
+    cost = f", ${sum(costs):.6f} reported by the provider" if costs else ""
+    return f"Used {requests} requests and {tokens} tokens{cost}."

@@ -7,9 +7,14 @@ MCP tool, a later server, `rl://tests/{test_id}`) always sees a whole, current a
 that fails or hangs is reported with its log tail; the others go on.
 
 The model `local` is served by the project's own inference server, started here on a free
-127.0.0.1 port and stopped when the test ends, whatever happens. The OpenRouter key reaches a
-child only as OPENAI_API_KEY in its environment (the openai client reads it there when the
-config's api_key is null); it is never in argv, a config file or a log.
+127.0.0.1 port and stopped when the test ends, whatever happens.
+
+Every child talks to the test's gateway (`gateway.py`) on 127.0.0.1, never to a provider: the
+gateway adds each model's request options, counts requests, tokens and cost, backs off, stops a
+model at its budget or at a provider error that will not go away, and says why in one line. The
+OpenRouter key stays in this process; a child gets only the gateway's token, as OPENAI_API_KEY
+in its environment (the openai client reads it there when the config's api_key is null), never
+in argv, a config file or a log.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import yaml
 
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test import report
+from mcp_rl.inference_test.gateway import Budgets, Gateway, Lane, Preflight, preflight
 from mcp_rl.inference_test.models import (
     LOCAL_SERVER_FILE,
     LOCAL_SERVER_LOG,
@@ -62,12 +68,13 @@ LOCAL_MODEL_NAME = "local"
 # configures logging) — used only for progress, never for results.
 _PROGRESS_MARK = b"Successfully processed group"
 _GROUP_RETRY_MARK = b"Failed to process group"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt", "special_tokens_map.json")
 # Keys a process-mode child must not inherit: it gets at most the one it needs, by name.
 _STRIPPED_ENV = (*SECRET_ENV_VARS, "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ADMIN_KEY")
 
 
 # --- the per-model process-mode config --------------------------------------------------------
-def process_config(spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer: Path, base_url: str) -> dict[str, Any]:
+def process_config(spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer: Path | str, base_url: str) -> dict[str, Any]:
     """The YAML Atropos `process --config` reads for one model (no secret in it, ever)."""
     env = dict(spec.env_config)
     env.update(
@@ -87,9 +94,8 @@ def process_config(spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer:
         "base_url": base_url,
         "model_name": model.id if model.provider == "openrouter" else LOCAL_MODEL_NAME,
         "server_type": "openai",
-        # null makes the openai client read OPENAI_API_KEY from the environment; the local
-        # server needs no key but the client insists on a non-empty one.
-        "api_key": None if model.provider == "openrouter" else "local",
+        # null makes the openai client read OPENAI_API_KEY (the gateway's token) from the environment.
+        "api_key": None,
         # Upstream pings the server every second with a real (paid) completion when this is on.
         "health_check": False,
         "timeout": max(30, int(spec.model_timeout_s)),
@@ -98,8 +104,8 @@ def process_config(spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer:
     return {"env": env, "openai": openai}
 
 
-def child_env(settings: Settings, model: ModelSpec) -> dict[str, str]:
-    """A process-mode child's environment: no secrets but the one key its provider needs."""
+def child_env(settings: Settings, gateway_token: str) -> dict[str, str]:
+    """A process-mode child's environment: no secrets, only the token of the test's gateway."""
     env = settings.child_env()
     for name in _STRIPPED_ENV:
         env.pop(name, None)
@@ -108,9 +114,47 @@ def child_env(settings: Settings, model: ModelSpec) -> dict[str, str]:
     env["ATROPOS_ALLOW_DUMMY_MANAGED_SERVER"] = "1"
     if not settings.wandb_enabled:
         env["WANDB_MODE"] = "disabled"
-    if model.provider == "openrouter" and settings.openrouter_api_key is not None:
-        env["OPENAI_API_KEY"] = settings.openrouter_api_key.get_secret_value()
+    env["OPENAI_API_KEY"] = gateway_token
     return env
+
+
+def choose_tokenizer(configured: str | None, local_model: Path) -> tuple[Path | str, str | None]:
+    """The tokenizer the environment loads: the run's base model's when it is available (a local
+    folder, or a hub id whose tokenizer is cached or can be fetched now), else the local model's;
+    and a note saying so when the base model's could not be used."""
+    if not configured or Path(configured).expanduser().resolve() == local_model.resolve():
+        return local_model, None
+    folder = Path(configured).expanduser()
+    if folder.is_dir():
+        if any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            return folder.resolve(), None
+    elif not configured.startswith(("/", ".", "~")):
+        problem = _fetch_tokenizer(configured)
+        if problem is None:
+            return configured, None
+        return local_model, (
+            f"The run's base model {configured!r}: its tokenizer is not available ({problem}); "
+            f"token counts use {local_model.name}'s tokenizer instead."
+        )
+    return local_model, (
+        f"The run's base model {configured!r} is not a local folder with a tokenizer; "
+        f"token counts use {local_model.name}'s tokenizer instead."
+    )
+
+
+def _fetch_tokenizer(repo_id: str) -> str | None:
+    """None once the tokenizer files of a hub model are in the local cache (fetched now if the
+    user's machine may reach the hub), else what went wrong."""
+    try:
+        from huggingface_hub import snapshot_download, try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str):
+            return None
+        # Only the tokenizer's small files, never weights; offline settings make this fail fast.
+        snapshot_download(repo_id, allow_patterns=list(_TOKENIZER_FILES), etag_timeout=10)
+    except Exception as exc:  # noqa: BLE001 - any failure means: use the local model's tokenizer
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None if isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str) else "no tokenizer_config.json"
 
 
 def process_argv(spec: TestSpec, config_path: Path) -> list[str]:
@@ -118,7 +162,7 @@ def process_argv(spec: TestSpec, config_path: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "mcp_rl.environments.runner",
+        "mcp_rl.inference_test.child",
         str(env.file_path),
         env.class_name,
         "--project-root",
@@ -200,6 +244,7 @@ class ModelRun:
     folder: Path
     result: ModelResult
     proc: subprocess.Popen[bytes] | None = None
+    lane: Lane | None = None
     started: float = 0.0
     deadline: float = 0.0
     _offsets: dict[str, int] = field(default_factory=lambda: {"log": 0, "jsonl": 0})
@@ -255,12 +300,19 @@ class TestWorker:
             for m in self.spec.models
         ]
         self._last_write = 0.0
+        self.gateway = Gateway()
+        self.preflight = Preflight({}, [])
+        self.tokenizer_note: str | None = None
 
     # -- summary ---------------------------------------------------------------------------
     def write_summary(self, state: TestState = "running", note: str | None = None) -> None:
         finished = time.time() if state != "running" else None
+        for run in self.runs:
+            if run.lane is not None and run.result.state == "running":
+                run.result = run.result.model_copy(update={"usage": run.lane.snapshot()})
         result = report.build_result(
-            self.spec, [r.result for r in self.runs], self.dir, self.started_at, state, finished, note
+            self.spec, [r.result for r in self.runs], self.dir, self.started_at, state, finished, note,
+            tokenizer_note=self.tokenizer_note,
         )
         result.dump(self.dir / SUMMARY_FILE)
         self._last_write = time.monotonic()
@@ -270,6 +322,19 @@ class TestWorker:
         code = run.proc.returncode if run.proc is not None else None
         groups, bad = report.read_groups(run.folder / MODEL_JSONL)
         result = report.score_groups(run.result, groups, bad)
+        usage = None
+        notes: list[str] = []
+        if run.lane is not None:
+            run.lane.close(f"the model {state}")
+            usage = run.lane.snapshot()
+            if state == "failed" and error and error.startswith("the environment exited") and usage.last_error:
+                error = f"{error}; the provider's last error was {usage.last_error}"
+            if usage.empty_answers and state == "succeeded":
+                notes.append(
+                    f"{usage.empty_answers} of {usage.empty_answers + usage.answers} answers were empty, cut at "
+                    f"max_tokens={run.lane.last_max_tokens} (reasoning used the budget); set `reasoning` or raise "
+                    f"`min_max_tokens` for {run.model.id} in configs/test_models.yaml."
+                )
         if state == "succeeded" and not groups:
             state, error = "failed", "the environment exited without writing any scored group"
         if state != "succeeded":
@@ -282,6 +347,8 @@ class TestWorker:
                 "finished_at": now,
                 "elapsed_s": round(now - run.started, 2) if run.started else None,
                 "steps_done": max(result.steps_done, len(groups)),
+                "usage": usage,
+                "notes": [*result.notes, *notes],
             }
         )
         run.result = result
@@ -289,15 +356,32 @@ class TestWorker:
         write_text_atomic(run.folder / MODEL_RESULT_FILE, result.model_dump_json(indent=2))
         log.info("model %s: %s%s", run.model.id, state, f" ({error})" if error else "")
 
-    def _start(self, run: ModelRun, tokenizer: Path, local: LocalServer | None) -> None:
+    def _lane(self, run: ModelRun, local: LocalServer | None) -> Lane:
+        model, spec = run.model, self.spec
+        planned = spec.num_steps * spec.group_size
+        remote = model.provider == "openrouter"
+        key = self.settings.openrouter_api_key
+        return Lane(
+            model,
+            self.spec.openrouter_base_url if remote or local is None else local.base_url,
+            key.get_secret_value() if remote and key is not None else None,
+            Budgets(requests=model.request_budget or 2 * planned, tokens=model.token_budget or 4096 * 2 * planned),
+            # A whole group of empty answers and not one with content: more of the same would not help.
+            empty_limit=max(2, spec.group_size),
+            request_timeout_s=spec.model_timeout_s,
+            known_ids=self.preflight.known_ids,
+        )
+
+    def _start(self, run: ModelRun, tokenizer: Path | str, local: LocalServer | None) -> None:
         run.folder.mkdir(parents=True, exist_ok=True)
-        base_url = local.base_url if run.model.provider == "local" and local else self.spec.openrouter_base_url
-        config = process_config(self.spec, run.model, run.folder, tokenizer, base_url)
+        run.lane = self._lane(run, local)
+        self.gateway.add(run.lane)
+        config = process_config(self.spec, run.model, run.folder, tokenizer, self.gateway.base_url(run.model.slug))
         config_path = run.folder / MODEL_CONFIG_FILE
         write_text_atomic(config_path, yaml.safe_dump(config, sort_keys=False))
         run.started = time.time()
         run.deadline = time.monotonic() + self.spec.model_timeout_s
-        run.proc = spawn(process_argv(self.spec, config_path), run.log_path, child_env(self.settings, run.model), cwd=run.folder)
+        run.proc = spawn(process_argv(self.spec, config_path), run.log_path, child_env(self.settings, self.gateway.token), cwd=run.folder)
         ident = identify(run.proc.pid)
         run.result = run.result.model_copy(
             update={
@@ -309,19 +393,26 @@ class TestWorker:
         )
         log.info("model %s: started pid %s", run.model.id, run.proc.pid)
 
-    def _timeout_reason(self, run: ModelRun) -> str:
-        reason = f"no result within {self.spec.model_timeout_s:.0f} s; killed"
+    def _rejections(self, run: ModelRun) -> str:
+        """What the environment made of the model's answers, if it rejected any groups ('' if not)."""
         try:
-            retries = run.log_path.read_bytes().count(_GROUP_RETRY_MARK)
+            rejected = run.log_path.read_bytes().count(_GROUP_RETRY_MARK)
         except FileNotFoundError:
-            retries = 0
-        if retries:
-            # Atropos retries forever when the environment returns no group for an item.
-            reason += (
-                f". The environment rejected {retries} groups built from this model's answers "
-                "(often empty or unparseable completions)"
-            )
-        return reason
+            return ""
+        if not rejected:
+            return ""
+        # Atropos retries forever when the environment returns no group for an item.
+        return (
+            f"; {run.result.steps_done} of {self.spec.num_steps} groups scored, the environment rejected {rejected} "
+            "groups built from this model's answers (often empty or unparseable completions: see samples and the log)"
+        )
+
+    def _timeout_reason(self, run: ModelRun) -> str:
+        return f"no result within {self.spec.model_timeout_s:.0f} s; killed" + self._rejections(run)
+
+    def _stopped_reason(self, run: ModelRun, reason: str) -> str:
+        """The lane's reason, with what the environment made of the answers it did get."""
+        return reason + self._rejections(run)
 
     def _kill(self, run: ModelRun) -> None:
         if run.proc is None:
@@ -331,6 +422,21 @@ class TestWorker:
             run.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+    def _check_remote(self, pending: list[ModelRun]) -> None:
+        """Before any paid call: unknown ids and a refused key end those models here."""
+        remote = [r for r in pending if r.model.provider == "openrouter"]
+        if not remote:
+            return
+        key = self.settings.openrouter_api_key
+        self.preflight = preflight(
+            self.spec.openrouter_base_url, key.get_secret_value() if key else None, [r.model.id for r in remote]
+        )
+        for run in remote:
+            cause = self.preflight.causes.get(run.model.id)
+            if cause:
+                pending.remove(run)
+                self._finish(run, "failed", cause)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> TestState:
@@ -342,15 +448,19 @@ class TestWorker:
         final_state: TestState = "completed"
         note: str | None = None
         try:
+            self.gateway.start()
             try:
                 from mcp_rl.models import resolve_model
 
-                tokenizer = resolve_model(self.settings, self.spec.local_model)
+                local_model = resolve_model(self.settings, self.spec.local_model)
             except Exception as exc:  # noqa: BLE001 - reported as the test's failure
                 raise LocalServerError(f"cannot load the local model/tokenizer: {exc}") from exc
+            tokenizer, self.tokenizer_note = choose_tokenizer(self.spec.tokenizer, local_model)
+            self.spec = self.spec.model_copy(update={"tokenizer": str(tokenizer)})
+            self._check_remote(pending)
             if any(r.model.provider == "local" for r in pending):
                 # Loads while the remote models already run; local ones start once it is ready.
-                local = LocalServer.spawn(self.settings, tokenizer, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s)
+                local = LocalServer.spawn(self.settings, local_model, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s)
             while (pending or running) and not self.stop.is_set():
                 changed = False
                 if local is not None and not local.ready:
@@ -373,7 +483,13 @@ class TestWorker:
                     assert run.proc is not None
                     changed |= run.count_progress()
                     code = run.proc.poll()
-                    if code is not None:
+                    stop = run.lane.stop if run.lane is not None else None
+                    if stop is not None and code != 0:  # the lane knows why better than an exit code
+                        self._kill(run)
+                        running.remove(run)
+                        self._finish(run, stop.state, self._stopped_reason(run, stop.reason))
+                        changed = True
+                    elif code is not None:
                         running.remove(run)
                         if code == 0:
                             self._finish(run, "succeeded")
@@ -408,12 +524,13 @@ class TestWorker:
             log.exception("worker crashed")
             for run in [*running, *pending]:
                 self._kill(run)
-                if run.result.state not in ("succeeded", "failed", "timed_out"):
+                if run.result.state not in ("succeeded", "failed", "timed_out", "over_budget"):
                     self._finish(run, "failed", note)
             raise
         finally:
             if local is not None:
                 local.stop()
+            self.gateway.stop()
             self.write_summary(final_state, note)
         return final_state
 

@@ -7,6 +7,7 @@ later server reads it. No MCP types here: the adapter is `mcp_rl.server.inferenc
 
 from __future__ import annotations
 
+import math
 import secrets
 import sys
 import threading
@@ -56,15 +57,39 @@ _FILES: dict[str, str] = {"jsonl": MODEL_JSONL, "html": MODEL_HTML, "log": MODEL
 
 
 # --- which models ---------------------------------------------------------------------------
+def _catalog_yaml() -> dict[str, Any]:
+    return yaml.safe_load((configs_dir() / "test_models.yaml").read_text(encoding="utf-8"))
+
+
+def _options(entry: dict[str, Any]) -> dict[str, Any]:
+    """The gateway options of one test_models.yaml entry (only the keys it sets)."""
+    keys = ("reasoning", "min_max_tokens", "request_budget", "token_budget")
+    return {k: entry[k] for k in keys if k in entry}
+
+
 def model_catalog() -> tuple[list[ModelSpec], ModelSpec]:
     """The default OpenRouter models and the local entry, from configs/test_models.yaml."""
-    raw = yaml.safe_load((configs_dir() / "test_models.yaml").read_text(encoding="utf-8"))
+    raw = _catalog_yaml()
     remote = [
-        ModelSpec(id=m["id"], name=m["name"], scale=m["scale"], provider="openrouter", slug=model_slug(m["id"]))
+        ModelSpec(id=m["id"], name=m["name"], scale=m["scale"], provider="openrouter", slug=model_slug(m["id"]), **_options(m))
         for m in raw["openrouter"]
     ]
     loc = raw["local"]
     return remote, ModelSpec(id=LOCAL_MODEL_ID, name=loc["name"], scale=loc["scale"], provider="local", slug=LOCAL_MODEL_ID)
+
+
+def with_budgets(models: list[ModelSpec], num_steps: int, group_size: int) -> list[ModelSpec]:
+    """Each model's request and token budget: what the test needs plus a small margin, unless
+    configs/test_models.yaml sets them."""
+    budgets = _catalog_yaml().get("budgets") or {}
+    planned = num_steps * group_size
+    margin = max(int(budgets.get("min_request_margin", 4)), math.ceil(planned * float(budgets.get("request_margin", 0.25))))
+    per_request = int(budgets.get("tokens_per_request", 4096))
+    out = []
+    for m in models:
+        requests = m.request_budget or planned + margin
+        out.append(m.model_copy(update={"request_budget": requests, "token_budget": m.token_budget or requests * per_request}))
+    return out
 
 
 def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]:
@@ -99,7 +124,8 @@ def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]
                     "Set it in the server's environment, or test with models=['local'] (the embedded default model, no key needed)."
                 )
             spec = known.get(model_id) or ModelSpec(
-                id=model_id, name=model_id, scale="custom", provider="openrouter", slug=model_slug(model_id)
+                id=model_id, name=model_id, scale="custom", provider="openrouter", slug=model_slug(model_id),
+                **_options(_catalog_yaml().get("openrouter_defaults") or {}),
             )
         slug, n = spec.slug, 2
         while slug in slugs:  # two ids that differ only in punctuation
@@ -127,6 +153,11 @@ def session_environment(environments: Any) -> tuple[EnvironmentRef, dict[str, An
     for name, value in config.locked_fields(backend).env.items():
         if value != config.DERIVED:
             values[name] = value
+    # The tokenizer a run would use is its base model's (the worker falls back to the local
+    # model's when that one is not on this machine).
+    values["tokenizer_name"] = (
+        str(config.local_model_location(environments.settings, options.base_model)) if backend == "local" else options.base_model
+    )
     known = {f.name for f in spec.fields}
     return session.environment, {k: v for k, v in values.items() if k in known}
 
@@ -165,7 +196,7 @@ def start_test(
     _check_range("group_size", group_size, GROUP_SIZE_RANGE)
     if max_parallel < 1:
         raise UserError("max_parallel must be at least 1.")
-    planned = plan_models(settings, models)
+    planned = with_budgets(plan_models(settings, models), num_steps, group_size)
     settings.ensure_home()
     test_id = new_test_id()
     test_dir = settings.tests_dir / test_id
@@ -185,6 +216,7 @@ def start_test(
         # The worker reads no MCP_RL_MODEL of ours: the choice travels in the spec.
         local_model=str(settings.model_path) if settings.model_path else "default",
         use_wandb=settings.wandb_enabled,
+        tokenizer=env_config.get("tokenizer_name") if isinstance(env_config.get("tokenizer_name"), str) else None,
     )
     spec.dump(test_dir / SPEC_FILE)
     initial = report.build_result(
@@ -192,7 +224,8 @@ def start_test(
     )
     initial.dump(test_dir / SUMMARY_FILE)
     argv = [sys.executable, "-m", "mcp_rl.inference_test", "--test-dir", str(test_dir)]
-    proc = spawn(argv, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir)
+    # The worker and everything it starts carry the test's marker: only those may be signalled.
+    proc = spawn(argv, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir, marker=marker_of_test(test_dir))
     # Reap it when it ends, so a long-lived server collects no zombies; it is not waited for.
     threading.Thread(target=proc.wait, name=f"reap-test-{test_id}", daemon=True).start()
     ident = identify(proc.pid)
@@ -204,6 +237,14 @@ def start_test(
     )
     write_text_atomic(test_dir / WORKER_FILE, record.model_dump_json())
     return initial
+
+
+def marker_of_test(folder: Path) -> str:
+    """The marker of a test's processes (the worker's, inherited by its children): derived from
+    the test's folder, so any later server can prove a process is the test's before signalling."""
+    from mcp_rl.processes import marker_for
+
+    return marker_for("test", folder)
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -249,10 +290,10 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
     for m in result.models_tested:
         if m.state == "running" and m.pid:
             # Its own session outlived the worker: end it, or it runs unwatched.
-            stop_group(m.pid, m.pid, m.pid_create_time, 5.0)
+            stop_group(m.pid, m.pid, m.pid_create_time, 5.0, marker=marker_of_test(folder))
     try:
         server = WorkerRecord.model_validate_json((folder / LOCAL_SERVER_FILE).read_text(encoding="utf-8"))
-        stop_group(server.pid, server.pgid, server.create_time or None, 5.0)
+        stop_group(server.pid, server.pgid, server.create_time or None, 5.0, marker=marker_of_test(folder))
     except (FileNotFoundError, ValueError):
         pass
     models = [
@@ -327,7 +368,7 @@ def cancel_test(settings: Settings, test_id: str, timeout_s: float = 30.0) -> In
         return read_test(settings, test_id)
     if is_alive(record.pid, record.create_time or None):
         # SIGTERM is the worker's cue to cancel cleanly; stop_group escalates after the grace.
-        stop_group(record.pid, record.pgid, record.create_time or None, timeout_s)
+        stop_group(record.pid, record.pgid, record.create_time or None, timeout_s, marker=marker_of_test(folder))
     return read_test(settings, test_id)
 
 

@@ -1,16 +1,29 @@
-"""FAKE OpenRouter: an OpenAI-compatible HTTP server on 127.0.0.1 for tests and the bench.
+"""FAKE OpenRouter: an HTTP server on 127.0.0.1 that behaves the way OpenRouter documents.
 
-This is a stand-in for the paid OpenRouter API, not a model. It is a real HTTP server (the
-child processes under test reach it over loopback with the real openai client) that speaks the
-chat-completions and completions APIs (`n` choices, `logprobs` in the shapes the openai client
-parses), answers with a scripted `responder`, records every request (path, model id,
-Authorization header, body) and can be told to misbehave per model id:
+A stand-in for the paid API, not a model. Children under test reach it over loopback with the
+real openai client. What it does, as OpenRouter does (reference/services.md):
+- `POST /api/v1/chat/completions` and `/completions`; `n` is IGNORED (one choice per request,
+  unless `honour_n=True`), answers come from a scripted `responder`.
+- `usage` in every answer: token counts, `completion_tokens_details.reasoning_tokens`, and `cost`
+  (USD) when the request asks for usage accounting (`"usage": {"include": true}`).
+- Errors are JSON bodies `{"error": {"message", "code"}}`: 401 for a key other than `api_key`
+  (when set), 400 "... is not a valid model ID" for an id outside `catalog`, and per behaviour
+  402 / 429 with `Retry-After` / 500.
+- `GET /api/v1/models` lists `catalog`; `GET /api/v1/key` answers 200 for the right key, else 401.
 
-    "malformed"  200 with a body that is not a completion (no `choices`)
-    "fail"       HTTP 500 with an error body
-    "hang"       never answers within the client's patience (sleeps `hang_s`)
-    "empty"      well-formed completions with no content, cut at the token limit (a reasoning
-                 model that spent max_tokens thinking)
+Behaviours per model id:
+    "ok"          answers (the default)
+    "reasoning"   a reasoning model: spends REASONING_TOKENS[effort] tokens on reasoning first;
+                  if max_tokens leaves nothing for the answer, `content` is "" with `reasoning`
+                  filled and finish_reason "length". `reasoning: {enabled: false}` turns it off;
+                  `{exclude: true}` only leaves the reasoning text out of the answer.
+    "mandatory"   like "reasoning", but `{enabled: false}` is refused with a 400
+    "silent"      never answers: always "" cut at the limit, whatever the options (a misbehaving model)
+    "malformed"   200 with a body that is not a completion (no `choices`)
+    "fail"        HTTP 500 with an error body
+    "nocredits"   HTTP 402 "Insufficient credits"
+    "ratelimited" HTTP 429 with Retry-After for the first `rate_limited_requests` requests
+    "hang"        does not answer within the client's patience (sleeps `hang_s`)
 
 Use in-process: `with FakeOpenRouter(behaviours={"bad/model": "malformed"}) as fake: fake.base_url`,
 or standalone: `python tests/fakes/fake_openrouter.py --port 8123 --latency 0.5`.
@@ -30,16 +43,30 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Responder = Callable[[str, str, int], str]
-Behaviour = str  # "ok" | "malformed" | "fail" | "hang"
+Behaviour = str
 
 _EXPR = re.compile(r"(-?\d+)\s*([-+*x×])\s*(-?\d+)")
+REASONING_TOKENS = {"minimal": 20, "low": 60, "medium": 200, "high": 600}
+PRICE_PER_TOKEN_USD = 1e-6
+# Ids the fake knows besides the behaviours' keys: the shipped defaults and the tests' own.
+FAKE_CATALOG = (
+    "qwen/qwen3-8b",
+    "z-ai/glm-4.7-flash",
+    "minimax/minimax-m2.7",
+    "openai/gpt-4o-mini",
+    "fake/good-model",
+    "fake/small-model",
+    "fake/medium-model",
+    "fake/large-model",
+)
 
 
 def arithmetic_responder(model: str, prompt: str, index: int) -> str:
-    """Answers the last `a op b` in the prompt: right for even choice indices, off by one for odd.
+    """Answers the last `a op b` in the prompt: right for even indices, off by one for odd.
 
-    So a group of n choices has exactly ceil(n/2) right answers, and a scorer that really parses
-    the answer must report that accuracy.
+    With `n` ignored every request is index 0, so the fake counts requests per model instead:
+    the k-th answer of a model is right when k is even. A group of n answers then has
+    ceil(n/2) right ones, and a scorer that really parses the answer must report that.
     """
     matches = _EXPR.findall(prompt)
     if not matches:
@@ -61,6 +88,10 @@ class RecordedRequest:
     time: float
 
 
+def _error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "code": status}}
+
+
 @dataclass
 class FakeOpenRouter:
     """The fake server. Thread-safe request log in `requests`."""
@@ -70,10 +101,16 @@ class FakeOpenRouter:
     latency_s: float = 0.0
     hang_s: float = 3600.0
     port: int = 0
+    api_key: str | None = None  # when set, any other bearer token gets a 401
+    catalog: list[str] | None = None  # default: FAKE_CATALOG + the behaviours' ids
+    honour_n: bool = False
+    rate_limited_requests: int = 2
+    retry_after_s: float = 1.0
     # Called with each request before answering (e.g. to look at the process table meanwhile).
     on_request: Callable[[RecordedRequest], None] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _answered: dict[str, int] = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
 
@@ -82,6 +119,11 @@ class FakeOpenRouter:
         assert self._server is not None, "not started"
         return f"http://127.0.0.1:{self._server.server_address[1]}/api/v1"
 
+    def known_ids(self) -> list[str]:
+        if self.catalog is not None:
+            return list(self.catalog)
+        return sorted(set(FAKE_CATALOG) | set(self.behaviours))
+
     def models_seen(self) -> set[str]:
         with self._lock:
             return {r.model for r in self.requests if r.model}
@@ -89,6 +131,10 @@ class FakeOpenRouter:
     def authorizations(self) -> set[str | None]:
         with self._lock:
             return {r.authorization for r in self.requests}
+
+    def completions_for(self, model: str) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.model == model and r.path.endswith("completions")]
 
     def start(self) -> FakeOpenRouter:
         fake = self
@@ -99,58 +145,82 @@ class FakeOpenRouter:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
 
-            def _send(self, status: int, payload: Any) -> None:
+            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _key_ok(self) -> bool:
+                return fake.api_key is None or self.headers.get("Authorization") == f"Bearer {fake.api_key}"
+
             def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"data": [{"id": m} for m in fake.behaviours]})
+                path = self.path.rstrip("/")
+                if path.endswith("/models"):
+                    self._send(200, {"data": [{"id": m, "name": m} for m in fake.known_ids()]})
+                elif path.endswith("/key"):
+                    if self._key_ok() and self.headers.get("Authorization"):
+                        self._send(200, {"data": {"label": "fake", "usage": 0, "limit": None, "is_free_tier": False}})
+                    else:
+                        self._send(401, _error(401, "User not found."))
                 else:
-                    self._send(404, {"error": {"message": "not found"}})
+                    self._send(404, _error(404, "Not Found"))
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     body = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
-                    self._send(400, {"error": {"message": "bad json"}})
+                    self._send(400, _error(400, "Invalid JSON"))
                     return
                 record = RecordedRequest(
-                    path=self.path,
-                    model=body.get("model"),
-                    authorization=self.headers.get("Authorization"),
-                    body=body,
-                    time=time.time(),
+                    path=self.path, model=body.get("model"), authorization=self.headers.get("Authorization"),
+                    body=body, time=time.time(),
                 )
                 with fake._lock:
                     fake.requests.append(record)
+                    seen = sum(1 for r in fake.requests if r.model == record.model)
                 if fake.on_request is not None:
                     fake.on_request(record)
-                behaviour = fake.behaviours.get(record.model or "", "ok")
+                model = record.model or ""
+                behaviour = fake.behaviours.get(model, "ok")
                 if fake.latency_s:
                     time.sleep(fake.latency_s)
-                if behaviour == "fail":
-                    self._send(500, {"error": {"message": f"fake provider error for {record.model}", "code": 500}})
+                reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+                if not self._key_ok():
+                    self._send(401, _error(401, "User not found."))
+                elif model not in fake.known_ids():
+                    self._send(400, _error(400, f"{model} is not a valid model ID"))
+                elif behaviour == "fail":
+                    self._send(500, _error(500, f"Internal Server Error (fake provider error for {model})"))
+                elif behaviour == "nocredits":
+                    self._send(402, _error(402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits"))
+                elif behaviour == "ratelimited" and seen <= fake.rate_limited_requests:
+                    self._send(
+                        429, _error(429, "Rate limit exceeded: free-models-per-min."),
+                        {"Retry-After": f"{fake.retry_after_s:g}"},
+                    )
+                elif behaviour == "mandatory" and reasoning.get("enabled") is False:
+                    self._send(400, _error(400, "Reasoning is mandatory for this endpoint and cannot be disabled."))
                 elif behaviour == "malformed":
                     self._send(200, {"id": "gen-broken", "object": "chat.completion", "unexpected": "no choices here"})
                 elif behaviour == "hang":
                     time.sleep(fake.hang_s)
-                    self._send(504, {"error": {"message": "timeout"}})
+                    self._send(504, _error(504, "timeout"))
                 elif self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(200, fake.chat_completion(body, empty=behaviour == "empty"))
+                    self._send(200, fake.chat_completion(body, behaviour))
                 elif self.path.rstrip("/").endswith("/completions"):
                     self._send(200, fake.completion(body))
                 else:
-                    self._send(404, {"error": {"message": f"unknown path {self.path}"}})
+                    self._send(404, _error(404, f"unknown path {self.path}"))
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openrouter", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openrouter", daemon=True)
         self._thread.start()
         return self
 
@@ -166,28 +236,43 @@ class FakeOpenRouter:
         self.stop()
 
     # -- response bodies -------------------------------------------------------------------
-    def chat_completion(self, body: dict[str, Any], empty: bool = False) -> dict[str, Any]:
+    def _next_index(self, model: str) -> int:
+        with self._lock:
+            index = self._answered.get(model, 0)
+            self._answered[model] = index + 1
+        return index
+
+    def chat_completion(self, body: dict[str, Any], behaviour: Behaviour = "ok") -> dict[str, Any]:
         model = body.get("model", "")
         messages = body.get("messages") or []
         prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-        n = int(body.get("n") or 1)
-        choices = []
+        options = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 100_000
+        reasons = behaviour == "silent" or (behaviour in ("reasoning", "mandatory") and options.get("enabled") is not False)
+        think = REASONING_TOKENS.get(str(options.get("effort", "medium")), 200) if reasons else 0
+        n = int(body.get("n") or 1) if self.honour_n else 1
+        choices, completion_tokens, reasoning_tokens = [], 0, 0
         for i in range(n):
-            text = "" if empty else self.responder(model, prompt, i)
-            choice: dict[str, Any] = {
-                "index": i,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "length" if empty else "stop",
-                "logprobs": None,
-            }
+            text = self.responder(model, prompt, self._next_index(model) if n == 1 else i)
+            if behaviour == "silent" or think + len(_tokens(text)) > max_tokens:
+                spent = min(max_tokens, think) if behaviour != "silent" else max_tokens
+                content, finish = "", "length"
+            else:
+                spent, content, finish = think, text, "stop"
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if reasons and not options.get("exclude"):
+                message["reasoning"] = "Let me work this out step by step. " * max(1, spent // 8)
+            choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
             if body.get("logprobs"):
                 choice["logprobs"] = {
                     "content": [
                         {"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}
-                        for tok in _tokens(text)
+                        for tok in _tokens(content)
                     ]
                 }
             choices.append(choice)
+            reasoning_tokens += spent
+            completion_tokens += spent + (len(_tokens(content)) if content else 0)
         return {
             "id": f"gen-{uuid.uuid4().hex[:12]}",
             "object": "chat.completion",
@@ -195,7 +280,7 @@ class FakeOpenRouter:
             "model": model,
             "provider": "FakeOpenRouter",
             "choices": choices,
-            "usage": _usage(prompt, choices, lambda c: c["message"]["content"]),
+            "usage": self._usage(body, len(_tokens(prompt)), completion_tokens, reasoning_tokens),
         }
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -203,10 +288,10 @@ class FakeOpenRouter:
         prompt = body.get("prompt") or ""
         if isinstance(prompt, list):
             prompt = "\n".join(map(str, prompt))
-        n = int(body.get("n") or 1)
+        n = int(body.get("n") or 1) if self.honour_n else 1
         choices = []
         for i in range(n):
-            text = self.responder(model, str(prompt), i)
+            text = self.responder(model, str(prompt), self._next_index(model) if n == 1 else i)
             choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": "stop", "logprobs": None}
             if body.get("logprobs") is not None:
                 toks = _tokens(text)
@@ -215,30 +300,34 @@ class FakeOpenRouter:
                     offsets.append(pos)
                     pos += len(tok)
                 choice["logprobs"] = {
-                    "tokens": toks,
-                    "token_logprobs": [-0.1] * len(toks),
-                    "top_logprobs": None,
-                    "text_offset": offsets,
+                    "tokens": toks, "token_logprobs": [-0.1] * len(toks), "top_logprobs": None, "text_offset": offsets,
                 }
             choices.append(choice)
+        completion_tokens = sum(len(_tokens(c["text"])) for c in choices)
         return {
             "id": f"cmpl-{uuid.uuid4().hex[:12]}",
             "object": "text_completion",
             "created": int(time.time()),
             "model": model,
             "choices": choices,
-            "usage": _usage(str(prompt), choices, lambda c: c["text"]),
+            "usage": self._usage(body, len(_tokens(str(prompt))), completion_tokens, 0),
         }
+
+    def _usage(self, body: dict[str, Any], prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        }
+        asked = body.get("usage")
+        if isinstance(asked, dict) and asked.get("include"):
+            usage["cost"] = round((prompt_tokens + completion_tokens) * PRICE_PER_TOKEN_USD, 8)
+        return usage
 
 
 def _tokens(text: str) -> list[str]:
-    return re.findall(r"\s*\S+", text) or [text]
-
-
-def _usage(prompt: str, choices: list[dict[str, Any]], text_of: Callable[[dict[str, Any]], str]) -> dict[str, int]:
-    prompt_tokens = len(_tokens(prompt))
-    completion_tokens = sum(len(_tokens(text_of(c))) for c in choices)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+    return re.findall(r"\s*\S+", text) or ([text] if text else [])
 
 
 def main() -> None:

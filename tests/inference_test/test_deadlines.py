@@ -58,8 +58,8 @@ async def _until(predicate, timeout_s: float, what: str) -> None:
         await anyio.sleep(0.2)
 
 
-async def test_hanging_and_silent_models_are_killed_at_their_deadline_the_rest_finishes(home: Path) -> None:
-    with FakeOpenRouter(behaviours={HANG: "hang", EMPTY: "empty"}, hang_s=600) as fake:
+async def test_a_hanging_model_is_killed_at_its_deadline_a_silent_one_stops_early_the_rest_finishes(home: Path) -> None:
+    with FakeOpenRouter(behaviours={HANG: "hang", EMPTY: "silent"}, hang_s=600) as fake:
         settings = _settings(home, fake)
         env_ref, env_config = _environment(settings)
         started = service.start_test(
@@ -74,8 +74,11 @@ async def test_hanging_and_silent_models_are_killed_at_their_deadline_the_rest_f
     good, hang, silent = done.models_tested
     assert good.state == "succeeded" and good.total_completions == 2
     assert hang.state == "timed_out" and "killed" in (hang.error or "") and hang.log_tail is not None
-    # Empty answers make the environment drop every group; Atropos would retry forever.
-    assert silent.state == "timed_out" and "rejected" in (silent.error or "")
+    # Empty answers make the environment drop every group and Atropos retry forever: the gateway
+    # stops the model after a group's worth of them, long before its deadline.
+    assert silent.state == "failed" and "every answer was empty" in (silent.error or "") and "rejected" in silent.error
+    assert silent.usage is not None and silent.usage.requests <= silent.usage.request_budget
+    assert silent.elapsed_s is not None and silent.elapsed_s < 50
     assert {HANG, EMPTY} <= fake.models_seen()
     assert done.summary.environment_working is True and done.summary.best_model == GOOD
     await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the test's processes to end")

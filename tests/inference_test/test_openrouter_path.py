@@ -141,7 +141,8 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
 
     values = [p[0] for p in progress]
     assert values and values == sorted(values) and len(set(values)) == len(values)
-    assert all(total == 2 * 3 for _, total, _ in progress)
+    # Once the test runs, progress counts groups: 2 steps x 3 models.
+    assert progress[-1][1] == 2 * 3
     if answer.structured_content["state"] == "completed":
         assert values[-1] == 6
 

@@ -45,3 +45,17 @@ def test_openrouter_ids_need_the_key(tmp_path: Path) -> None:
         service.plan_models(_settings(tmp_path, "k"), [" "])
     with pytest.raises(UserError, match="At most"):
         service.plan_models(_settings(tmp_path, "k"), [f"m/{i}" for i in range(9)])
+
+
+def test_budgets_fit_the_test_and_options_come_from_the_catalog(tmp_path: Path) -> None:
+    planned = service.plan_models(_settings(tmp_path, "sk-x"), ["qwen/qwen3-8b", "minimax/minimax-m2.7", "some/new-model", "local"])
+    qwen, minimax, custom, local = service.with_budgets(planned, 3, 16)
+    assert qwen.reasoning == {"enabled": False} and qwen.min_max_tokens == 512
+    assert minimax.reasoning and minimax.reasoning.get("enabled") is not False  # it always reasons
+    assert custom.reasoning == {"effort": "low"} and custom.min_max_tokens == 2048
+    assert local.reasoning is None and local.min_max_tokens is None
+    # 3 x 16 answers and a quarter more; tokens in proportion.
+    assert {m.request_budget for m in (qwen, minimax, custom, local)} == {60}
+    assert qwen.token_budget == 60 * 4096
+    (small,) = service.with_budgets(service.plan_models(_settings(tmp_path, "sk-x"), ["a/b"]), 1, 2)
+    assert small.request_budget == 2 + 4

@@ -50,21 +50,33 @@ def test_config_overrides_only_what_a_smoke_test_needs_and_holds_no_key(tmp_path
         "api_key": None,  # the openai client then reads OPENAI_API_KEY from the environment
         "health_check": False,
     }
-    local_cfg = runner.process_config(spec, local, tmp_path / "local", Path("/models/tok"), "http://127.0.0.1:9/v1")
-    assert local_cfg["openai"]["base_url"] == "http://127.0.0.1:9/v1" and local_cfg["openai"]["api_key"] == "local"
+    local_cfg = runner.process_config(spec, local, tmp_path / "local", Path("/models/tok"), "http://127.0.0.1:9/m/local")
+    assert local_cfg["openai"]["base_url"] == "http://127.0.0.1:9/m/local" and local_cfg["openai"]["api_key"] is None
     assert KEY not in yaml.safe_dump(cfg) and KEY not in " ".join(runner.process_argv(spec, tmp_path / "c.yaml"))
 
 
-def test_child_environment_carries_only_the_key_its_model_needs(tmp_path: Path, monkeypatch) -> None:
+def test_child_environment_carries_the_gateway_token_and_no_key(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-users-own-openai-key")
     monkeypatch.setenv("TINKER_API_KEY", "tk-secret")
     settings = Settings(home=tmp_path, openrouter_api_key=SecretStr(KEY), tinker_api_key=SecretStr("tk-secret"))
-    spec = _spec(tmp_path)
-    remote_env = runner.child_env(settings, spec.models[0])
-    local_env = runner.child_env(settings, spec.models[1])
-    assert remote_env["OPENAI_API_KEY"] == KEY
-    assert "OPENROUTER_API_KEY" not in remote_env and "TINKER_API_KEY" not in remote_env
-    assert not {"OPENAI_API_KEY", "OPENROUTER_API_KEY", "TINKER_API_KEY"} & set(local_env)
-    for env in (remote_env, local_env):
-        assert env["ATROPOS_ALLOW_DUMMY_MANAGED_SERVER"] == "1"
-        assert env["WANDB_MODE"] == "disabled" and env["HF_HUB_OFFLINE"] == "1"
+    env = runner.child_env(settings, "gateway-token")
+    # The OpenRouter key stays in the worker: the child can only reach the test's gateway.
+    assert env["OPENAI_API_KEY"] == "gateway-token"
+    assert KEY not in env.values() and "sk-users-own-openai-key" not in env.values()
+    assert not {"OPENROUTER_API_KEY", "TINKER_API_KEY"} & set(env)
+    assert env["ATROPOS_ALLOW_DUMMY_MANAGED_SERVER"] == "1"
+    assert env["WANDB_MODE"] == "disabled"
+
+
+def test_tokenizer_is_the_base_models_when_it_is_here(tmp_path: Path) -> None:
+    local = tmp_path / "embedded"
+    local.mkdir()
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "tokenizer.json").write_text("{}")
+    assert runner.choose_tokenizer(str(base), local) == (base.resolve(), None)
+    assert runner.choose_tokenizer(None, local) == (local, None)
+    assert runner.choose_tokenizer(str(local), local) == (local, None)
+    # A hub id whose tokenizer is neither cached nor reachable (tests run offline): the local one, said so.
+    chosen, note = runner.choose_tokenizer("nobody-here/no-such-model-xyz", local)
+    assert chosen == local and note and "nobody-here/no-such-model-xyz" in note and "embedded" in note
