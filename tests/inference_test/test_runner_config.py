@@ -80,3 +80,18 @@ def test_tokenizer_is_the_base_models_when_it_is_here(tmp_path: Path) -> None:
     # A hub id whose tokenizer is neither cached nor reachable (tests run offline): the local one, said so.
     chosen, note = runner.choose_tokenizer("nobody-here/no-such-model-xyz", local)
     assert chosen == local and note and "nobody-here/no-such-model-xyz" in note and "embedded" in note
+
+
+def test_any_server_config_becomes_the_one_server_the_yaml_points() -> None:
+    # Atropos applies the config's `openai:` section only to a one-element list (resolve_openai_configs).
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
+
+    from mcp_rl.inference_test.child import one_server
+
+    bare = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m")
+    assert one_server(bare) == ([bare], "config_init() returned a bare APIServerConfig; wrapped in a list")
+    (from_baseline,), change = one_server(ServerBaseline(timeout=7))
+    assert isinstance(from_baseline, APIServerConfig) and from_baseline.timeout == 7 and change
+    two = [APIServerConfig(model_name="a"), APIServerConfig(model_name="b")]
+    assert one_server(two)[0] == [two[0]]
+    assert one_server([bare]) == ([bare], None)
