@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from pathlib import Path
 
 import httpx
@@ -347,3 +348,24 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path
     data = runs[0].read_bytes()
     for needle in (b"wandbrun", b"trainer", b"reward/mean", b"train/loss", b"advantages/std", b"logprobs/diff"):
         assert needle in data, needle
+
+
+@pytest.mark.anyio
+async def test_a_queued_model_creation_shows_in_the_trainer_status(tmp_path: Path, tokenizer_dir: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tinker_backend, "WAIT_REPORT_S", 0.1)
+    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=1, batch_size=2, group_size=2, run_id="tinkerqueue")
+    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})})
+    with serve(tokenizer_dir, create_model_s=1.0) as server:
+        trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
+        task = asyncio.create_task(trainer.run())
+        seen: list[dict] = []
+        deadline = time.monotonic() + 60
+        while not task.done() and time.monotonic() < deadline:
+            if config.paths.trainer_status.exists():
+                status = json.loads(config.paths.trainer_status.read_text())
+                if status["phase"] == "waiting_for_model":
+                    seen.append(status)
+            await asyncio.sleep(0.05)
+        assert await task == 1  # no Atropos API: the run fails after the model was created
+    assert seen and seen[-1]["model_wait_s"] > 0
