@@ -236,6 +236,10 @@ class Lane:
                 self.stop = Stop("failed", reason)
         self._closed.set()
 
+    def close_client(self) -> None:
+        """Release the lane's connections (the gateway has stopped; late requests just fail)."""
+        self._client.close()
+
     def _stop(self, state: StopState, reason: str) -> None:
         # Lock held by the caller.
         if self.stop is None:
@@ -473,6 +477,8 @@ class Gateway:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        for lane in self.lanes.values():
+            lane.close_client()
 
 
 # --- before any paid call ----------------------------------------------------------------------
@@ -512,4 +518,23 @@ def preflight(base_url: str, api_key: str | None, model_ids: list[str], client: 
             spec = ModelSpec(id="-", name="-", scale="-", provider="openrouter", slug="-")
             line, _ = cause_line(401, error_message(key.content), spec, False)
             causes = {m: line for m in model_ids}
+        elif key is not None and key.status_code == 200:
+            line = _spent_key_line(key)
+            if line:
+                causes = {m: line for m in model_ids}
     return Preflight(causes, known)
+
+
+def _spent_key_line(response: httpx.Response) -> str | None:
+    """A line when the key's own credit limit is used up (GET /key: `limit_remaining` <= 0)."""
+    try:
+        data = response.json().get("data") or {}
+        remaining, limit = data.get("limit_remaining"), data.get("limit")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(remaining, (int, float)) and remaining <= 0:
+        return (
+            f"The OpenRouter key's credit limit is used up ({remaining} of {limit} left). Fix: raise the key's limit at "
+            "https://openrouter.ai/keys, or use another key."
+        )
+    return None

@@ -104,6 +104,7 @@ class FakeOpenRouter:
     api_key: str | None = None  # when set, any other bearer token gets a 401
     catalog: list[str] | None = None  # default: FAKE_CATALOG + the behaviours' ids
     honour_n: bool = False
+    key_limit_remaining: float | None = None  # GET /key: the key's credit left (None: no limit)
     rate_limited_requests: int = 2
     retry_after_s: float = 1.0
     # Called with each request before answering (e.g. to look at the process table meanwhile).
@@ -164,7 +165,11 @@ class FakeOpenRouter:
                     self._send(200, {"data": [{"id": m, "name": m} for m in fake.known_ids()]})
                 elif path.endswith("/key"):
                     if self._key_ok() and self.headers.get("Authorization"):
-                        self._send(200, {"data": {"label": "fake", "usage": 0, "limit": None, "is_free_tier": False}})
+                        limit = None if fake.key_limit_remaining is None else 1.0
+                        self._send(200, {"data": {
+                            "label": "fake", "usage": 0, "limit": limit, "limit_remaining": fake.key_limit_remaining,
+                            "is_free_tier": False,
+                        }})
                     else:
                         self._send(401, _error(401, "User not found."))
                 else:

@@ -205,6 +205,9 @@ def test_preflight_checks_ids_and_key_before_any_paid_call() -> None:
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/api/v1"
     unreachable = preflight(dead, KEY, ["qwen/qwen3-8b"])
     assert unreachable.causes["qwen/qwen3-8b"].startswith("Cannot reach OpenRouter")
+    with FakeOpenRouter(api_key=KEY, key_limit_remaining=0.0) as fake:
+        spent = preflight(fake.base_url, KEY, ["qwen/qwen3-8b"])
+    assert "credit limit is used up" in spent.causes["qwen/qwen3-8b"] and "Fix:" in spent.causes["qwen/qwen3-8b"]
 
 
 def test_the_gateway_wants_its_token() -> None:
