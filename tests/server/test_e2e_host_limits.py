@@ -1,0 +1,158 @@
+"""A host with Claude Desktop's patience: a real stdio client whose requests time out after 60 s.
+
+Three calls that used to block for longer (a cold select of an environment that imports slowly,
+a smoke test that outlives the budget, the stop of a run whose trainer takes its whole grace
+period) and rl_get_results must each answer within the server's time budget (45 s), send
+progress on the way, and leave the late work collectable by a tool. OpenRouter is the FAKE on
+loopback; the server, the smoke-test worker, the environment and the run's processes are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_rl import processes
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import service
+from mcp_rl.supervisor.registry import RunRecord
+from mcp_rl.supervisor.states import ProcState, RunState, run_marker
+from tests.conftest import FIXTURES, stdio_params
+from tests.fakes.fake_openrouter import FakeOpenRouter
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+BUDGET_S = 45.0  # the default of Settings.tool_time_budget_s
+HOST_TIMEOUT_S = 60.0  # Claude Desktop / the TypeScript SDK
+MODEL = "qwen/qwen3-8b"  # answered by the fake, slowly
+SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
+# A trainer that ignores SIGTERM (as one saving a big checkpoint would): it takes its whole grace.
+STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
+
+
+class Calls:
+    """Times and progress notifications of each tool call."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.took: dict[str, list[float]] = {}
+        self.progress: dict[str, list[str]] = {}
+
+    async def __call__(self, label: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        notes = self.progress.setdefault(label, [])
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            notes.append(f"{value}/{total}: {message}")
+
+        started = time.monotonic()
+        result = await self.client.call_tool(tool, args, progress_callback=on_progress)
+        self.took.setdefault(label, []).append(time.monotonic() - started)
+        assert not result.is_error, f"{tool}: {result.content[0].text}"
+        return result.structured_content
+
+
+def _stand_in_run(settings: Settings, run_id: str) -> list[Any]:
+    """A run as the registry knows it, with real processes carrying its marker: a supervisor,
+    an API, an environment and a trainer that ignores SIGTERM; metrics of 3 steps."""
+    registry = service.registry_for(settings)
+    run_dir = settings.runs_dir / run_id
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s}) + "\n" for s in (1, 2, 3))
+    )
+    now = time.time()
+    registry.create_run(RunRecord(run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING,
+                                  created_at=now, updated_at=now, run_dir=str(run_dir),
+                                  config_path=str(run_dir / "run.yaml")))
+    registry.transition(run_id, RunState.RUNNING, "all processes ready")
+    marker = run_marker(str(run_dir))
+    popens = []
+    for name, argv in (("supervisor", SLEEPER), ("api", SLEEPER), ("env", SLEEPER), ("trainer", STUBBORN)):
+        popen = processes.spawn(argv, run_dir / "logs" / f"{name}.log", dict(os.environ), marker=marker)
+        # Ours to reap once the server has ended them (a zombie would still look alive).
+        threading.Thread(target=popen.wait, daemon=True).start()
+        ident = None
+        deadline = time.monotonic() + 10
+        while ident is None or ident.marker != marker:
+            assert time.monotonic() < deadline, f"{name} stand-in did not come up"
+            ident = processes.identify(popen.pid)
+        if name == "supervisor":
+            registry.update_run(run_id, supervisor_pid=ident.pid, supervisor_create_time=ident.create_time)
+        else:
+            registry.set_process(run_id, name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid,
+                                 create_time=ident.create_time)
+        popens.append(popen)
+    return popens
+
+
+async def test_every_call_answers_within_the_budget_and_late_work_is_collected(home: Path) -> None:
+    settings = Settings.from_env({"MCP_RL_HOME": str(home)})
+    popens = _stand_in_run(settings, "stop1234")
+    try:
+        with FakeOpenRouter(latency_s=BUDGET_S + 5) as fake:
+            params = stdio_params(
+                home,
+                MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "slow"),
+                SLOW_IMPORT_S=str(BUDGET_S + 10),
+                MCP_RL_TRAINER_STOP_GRACE=str(BUDGET_S + 5),
+                OPENROUTER_API_KEY="sk-or-FAKE-host-limits",
+                OPENROUTER_BASE_URL=fake.base_url,
+            )
+            async with Client(params, mode="legacy", read_timeout_seconds=HOST_TIMEOUT_S) as client:
+                call = Calls(client)
+                await call("select arithmetic", "rl_select_environment", {"name": "arithmetic"})
+                answers: dict[str, dict[str, Any]] = {}
+
+                async def run(label: str, tool: str, args: dict[str, Any]) -> None:
+                    answers[label] = await call(label, tool, args)
+
+                # The three slow calls at once, as a busy agent would make them.
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(run, "smoke test", "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": [MODEL]})
+                    tasks.start_soon(run, "stop", "rl_stop_training", {"run_id": "stop1234"})
+                    await anyio.sleep(1)  # the smoke test has read the selected environment by now
+                    tasks.start_soon(run, "select slow", "rl_select_environment", {"name": "slow_import"})
+
+                smoke, stop, select = answers["smoke test"], answers["stop"], answers["select slow"]
+                assert smoke["state"] == "running" and "rl_get_test_result" in smoke["message"], smoke["message"]
+                assert stop["in_progress"] is True and stop["status"] == "stopping", stop
+                assert select["status"] == "loading" and "again" in select["message"], select
+
+                # Collect each late piece of work through a tool.
+                stopped = await call("stop again", "rl_stop_training", {"run_id": "stop1234"})
+                assert stopped["status"] == "stopped" and stopped["processes_left"] == [], stopped
+                selected = await call("select again", "rl_select_environment", {"name": "slow_import"})
+                assert selected["status"] == "selected", selected
+                deadline = time.monotonic() + 300
+                while True:
+                    late = await call("collect test", "rl_get_test_result", {"test_id": smoke["test_id"], "wait_s": 40})
+                    if late["state"] != "running" or time.monotonic() > deadline:
+                        break
+                assert late["state"] == "completed", late["message"]
+                assert late["models_tested"][0]["state"] == "succeeded" and late["summary"]["environment_working"] is True
+                listed = await call("list tests", "rl_list_tests", {})
+                assert smoke["test_id"] in [t["test_id"] for t in listed["tests"]]
+
+                results = await call("results", "rl_get_results", {"run_id": "stop1234"})
+                assert results["state"] == "stopped" and results["steps_completed"] == 3
+    finally:
+        for popen in popens:
+            if popen.poll() is None:
+                popen.kill()
+
+    print({label: [round(t, 1) for t in took] for label, took in call.took.items()})
+    for label, took in call.took.items():
+        assert max(took) < BUDGET_S, (label, took)
+    for label in ("smoke test", "stop", "select slow", "results"):
+        assert call.progress[label], f"{label} sent no progress"
+    assert fake.models_seen() == {MODEL}
