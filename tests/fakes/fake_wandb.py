@@ -8,6 +8,9 @@ only rows that carry the keys, with `_step`. The data is the shape of a real run
 group: the trainer's run (job_type "trainer", keys `reward/mean`, `train/loss`, ...) and the
 Atropos environment's run (keys prefixed `gsm8k_0_`, plus unprefixed `server/...` timings).
 Every call is recorded so tests can assert the group filter and the keys asked for.
+
+This is a Python-level look-alike, not the wire: new tests use tests/fakes/wandb_server.py, which
+serves the same `FakeRun` records over HTTP (GraphQL) to the real `wandb.Api`.
 """
 
 from __future__ import annotations
@@ -66,7 +69,6 @@ class FakeWandbApi:
         self._runs = runs
         self.default_entity = default_entity
         self.runs_calls: list[dict[str, Any]] = []
-        self.orders: list[str] = []
 
     def runs(
         self,
@@ -78,7 +80,6 @@ class FakeWandbApi:
         lazy: bool = True,
     ) -> list[FakeRun]:
         self.runs_calls.append({"path": path, "filters": filters})
-        self.orders.append(order)
         entity, _, project = (path or "").rpartition("/")
         matched = [r for r in self._runs if r.entity == (entity or self.default_entity) and r.project == project]
         for name, wanted in (filters or {}).items():

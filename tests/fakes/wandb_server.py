@@ -1,0 +1,127 @@
+"""FAKE W&B at the wire: a loopback GraphQL endpoint (`POST /graphql`) answering the queries the
+REAL `wandb.Api` (wandb 0.31) sends for what mcp-rl reads: the viewer (login and default
+entity), `Runs` of a project with the group filter and the order applied server-side, one `Run`
+(the full fragment: summary metrics, job type) and `RunSampledHistory` (rows that carry every key
+asked for). The runs served are `tests.fakes.fake_wandb.FakeRun` records, in creation order.
+
+Every request must carry the API key (HTTP basic auth, user "api", as the client sends it);
+others get 401. Every query is recorded (operation name and variables).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+from tests.fakes.fake_wandb import FakeRun
+
+API_KEY = "f" * 40
+ENTITY = "fake-entity"
+
+
+class WandbServer:
+    """`with WandbServer(runs) as server:` then `wandb.Api(api_key=API_KEY, overrides={"base_url": server.base_url})`."""
+
+    def __init__(self, runs: list[FakeRun], api_key: str = API_KEY) -> None:
+        self.runs = runs
+        self.api_key = api_key
+        self.queries: list[tuple[str, dict[str, Any]]] = []
+        self.unauthorized = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                status, answer = server.answer(self.path, self.headers.get("authorization", ""), body)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self._http.server_port}"
+        self._thread = threading.Thread(target=self._http.serve_forever, name="fake-wandb", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    # --- GraphQL ------------------------------------------------------------------------------
+    def answer(self, path: str, authorization: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        expected = "Basic " + base64.b64encode(f"api:{self.api_key}".encode()).decode()
+        if authorization != expected:
+            self.unauthorized += 1
+            return 401, {"errors": [{"message": "invalid credentials"}]}
+        if path.rstrip("/") != "/graphql":
+            return 404, {"errors": [{"message": f"not served by the fake: {path}"}]}
+        query = body.get("query", "")
+        variables = body.get("variables") or {}
+        match = re.search(r"\b(query|mutation)\s+(\w+)", query)
+        name = match.group(2) if match else ""
+        self.queries.append((name, variables))
+        if "viewer" in query and name in ("Viewer", "GetDefaultEntity"):
+            return 200, {"data": {"viewer": {"id": "u1", "entity": ENTITY, "username": "tester", "email": "t@example.com",
+                                             "flags": "{}", "teams": {"edges": []}}}}
+        if name == "Runs":
+            # The listing asks for the lightweight fragment: no summary, config or history keys.
+            return 200, {"data": {"project": self._runs(variables, light="LightweightRunFragment" in query)}}
+        if name == "Run":
+            run = self._find(variables)
+            return 200, {"data": {"project": {"run": None if run is None else {"projectId": 1, **self._node(run)}}}}
+        if name == "RunSampledHistory":
+            run = self._find(variables)
+            spec = json.loads(variables["specs"][0])
+            keys, samples = spec["keys"], int(spec["samples"])
+            rows = [{k: r[k] for k in keys} for r in (run.rows if run else []) if all(k in r for k in keys)]
+            if len(rows) > samples:
+                stride = len(rows) / samples
+                rows = [rows[int(i * stride)] for i in range(samples)]
+            return 200, {"data": {"project": {"run": {"sampledHistory": [rows]}}}}
+        return 400, {"errors": [{"message": f"query {name or query[:60]!r} not served by the fake"}]}
+
+    def _in_project(self, variables: dict[str, Any]) -> list[FakeRun]:
+        return [r for r in self.runs if r.entity == variables.get("entity") and r.project == variables.get("project")]
+
+    def _find(self, variables: dict[str, Any]) -> FakeRun | None:
+        return next((r for r in self._in_project(variables) if r.id == variables.get("name")), None)
+
+    def _runs(self, variables: dict[str, Any], light: bool) -> dict[str, Any]:
+        runs = self._in_project(variables)
+        for key, wanted in json.loads(variables.get("filters") or "{}").items():
+            if key != "group":
+                raise AssertionError(f"fake W&B: filter {key!r} not modelled")
+            runs = [r for r in runs if r.group == wanted]
+        order = variables.get("order") or "+created_at"
+        if order not in ("+created_at", "-created_at"):
+            raise AssertionError(f"fake W&B: order {order!r} not modelled")
+        if order == "-created_at":
+            runs = runs[::-1]
+        heavy = ("config", "systemMetrics", "summaryMetrics", "historyKeys")
+        nodes = [{k: v for k, v in self._node(r).items() if not (light and k in heavy)} for r in runs]
+        edges = [{"node": {"projectId": 1, **node}, "cursor": f"c{i}"} for i, node in enumerate(nodes)]
+        return {"internalId": "p1", "runCount": len(runs), "readOnly": False,
+                "runs": {"edges": edges, "pageInfo": {"endCursor": None, "hasNextPage": False}}}
+
+    def _node(self, run: FakeRun) -> dict[str, Any]:
+        index = self.runs.index(run)
+        return {
+            "id": f"internal-{run.id}", "name": run.id, "displayName": run.name, "tags": run.tags, "sweepName": None,
+            "state": run.state, "config": "{}", "group": run.group, "jobType": run.job_type, "commit": None,
+            "readOnly": False, "createdAt": f"2026-11-24T10:{index:02d}:00", "heartbeatAt": f"2026-11-24T10:{index:02d}:30",
+            "description": None, "notes": None, "systemMetrics": "{}", "summaryMetrics": json.dumps(run.summary_metrics),
+            "historyLineCount": len(run.rows), "user": {"name": "tester", "username": "tester"},
+            "historyKeys": None,
+        }
