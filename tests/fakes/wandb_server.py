@@ -34,7 +34,7 @@ class WandbServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's method name
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 status, answer = server.answer(self.path, self.headers.get("authorization", ""), body)
                 data = json.dumps(answer).encode()
