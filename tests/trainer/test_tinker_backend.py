@@ -369,3 +369,27 @@ async def test_a_queued_model_creation_shows_in_the_trainer_status(tmp_path: Pat
             await asyncio.sleep(0.05)
         assert await task == 1  # no Atropos API: the run fails after the model was created
     assert seen and seen[-1]["model_wait_s"] > 0
+
+
+@pytest.mark.anyio
+async def test_a_resumed_trainer_loads_its_state_and_creates_no_model(tmp_path: Path, tokenizer_dir: str) -> None:
+    from mcp_rl.trainer.status import RunRecorder
+
+    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=5, batch_size=2, group_size=2, run_id="tinkerresume")
+    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})})
+    with serve(tokenizer_dir) as server:
+        first = make_backend(server)
+        first.prepare()
+        state, _ = first.save_checkpoint("step_000002", final=False)
+        first.close("interrupted")
+        config.paths.run_dir.mkdir(parents=True, exist_ok=True)
+        RunRecorder(config.paths, 5).checkpoint(2, "state", state)
+        created = len(server.wire.created)
+        trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
+        assert await asyncio.wait_for(trainer.run(), 60) == 1  # no Atropos API: fails after loading
+        wire = server.wire
+        assert len(wire.created) == created
+        assert [(x["path"], x["optimizer"]) for x in wire.loads] == [(state, True)]
+        assert not [s for s in wire.saves if s["kind"] != "ephemeral" and s["name"] == "step_000000"]
+    status = json.loads(config.paths.trainer_status.read_text())
+    assert status["resume_state"] == state and status["step"] == 2
