@@ -15,7 +15,7 @@ from mcp_rl import follow
 from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.errors import tool_errors
-from mcp_rl.server.training_tools import RECONCILE_NOTE, RECONCILING_READ, RunId
+from mcp_rl.server.training_tools import RECONCILE_NOTE, RECONCILING_READ, RunId, bounded_latest
 from mcp_rl.supervisor.states import LOG_NAMES
 
 READ_LOG = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -76,4 +76,5 @@ def register(mcp: MCPServer, state: AppState) -> None:
         async def report(step: float, total: float | None, message: str) -> None:
             await progress.report(message, step, total)
 
-        return await follow.wait_for_run(settings, run_id, until_step, wait_s, report)
+        waited = await follow.wait_for_run(settings, run_id, until_step, wait_s, report)
+        return waited.model_copy(update={"status": bounded_latest(waited.status)})

@@ -50,6 +50,9 @@ step or the end without polling, use rl_wait_for_run; to follow a log, rl_read_l
 {reconcile}"""
 
 MAX_RUNS_PAGE = 100
+# Answers are bounded: an agent pays for every byte, and Claude Code truncates long ones.
+RESOURCE_MAX_BYTES = 64_000
+LATEST_MAX_BYTES = 4_000
 
 
 class StartAnswer(RunStarted):
@@ -93,6 +96,52 @@ def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallTool
     ]
     data = model.model_dump(mode="json")
     return CallToolResult(content=[TextContent(type="text", text=model.model_dump_json()), *links], structured_content=data)
+
+
+def bounded_latest(status: RunStatus) -> RunStatus:
+    """The status with its full metrics line cut to LATEST_MAX_BYTES, saying where the rest is."""
+    if status.metrics is None or len(json.dumps(status.metrics.latest, default=str)) <= LATEST_MAX_BYTES:
+        return status
+    kept: dict[str, Any] = {}
+    size = 0
+    for key, value in status.metrics.latest.items():
+        size += len(json.dumps({key: value}, default=str))
+        if size > LATEST_MAX_BYTES:
+            break
+        kept[key] = value
+    left = len(status.metrics.latest) - len(kept)
+    kept["_more"] = f"{left} more keys: rl_get_results('{status.run_id}') or rl://runs/{status.run_id}/metrics"
+    return status.model_copy(update={"metrics": status.metrics.model_copy(update={"latest": kept})})
+
+
+def bounded_log(text: str, run_id: str, process: str) -> str:
+    """A log answer cut to its last RESOURCE_MAX_BYTES, at a line start, saying how to read more."""
+    data = text.encode()
+    if len(data) <= RESOURCE_MAX_BYTES:
+        return text
+    tail = data[-RESOURCE_MAX_BYTES:]
+    tail = tail[tail.find(b"\n") + 1 :]
+    return (
+        f"[cut to the last {len(tail)} bytes; rl_read_log('{run_id}', '{process}', cursor=0) pages through the "
+        f"whole log]\n" + tail.decode("utf-8", errors="replace")
+    )
+
+
+def bounded_metrics(data: dict[str, Any]) -> str:
+    """The metrics answer within RESOURCE_MAX_BYTES: the oldest rows go first, and it says so."""
+    text = json.dumps(data, indent=1)
+    rows = list(data.get("rows", []))
+    dropped = 0
+    while len(text.encode()) > RESOURCE_MAX_BYTES and rows:
+        cut = max(1, len(rows) // 4)
+        rows, dropped = rows[cut:], dropped + cut
+        text = json.dumps(
+            {**data, "rows": rows, "count": len(rows),
+             "note": f"{dropped} older rows left out to stay under {RESOURCE_MAX_BYTES} bytes; rl_get_results "
+                     "summarises the whole run and metrics.jsonl in the run folder has every step."},
+            indent=1,
+        )
+    return text
 
 
 def headline_metrics(status: RunStatus) -> RunMetrics | None:
@@ -245,7 +294,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 # The limit spares the agent's context, not information: the headline numbers
                 # come from the run's own files and cost nothing.
                 status.metrics = headline_metrics(service.run_status(settings, run_id))
-            return status
+            return bounded_latest(status)
 
         status = await anyio.to_thread.run_sync(check)
         return _with_links(status, status.run_id, status.logs)
@@ -303,6 +352,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         return RunPage(
             runs=page,
             count=len(page),
+            notes=every.notes,
             total=total,
             offset=offset,
             next_offset=offset + limit if offset + limit < total else None,
@@ -322,7 +372,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     @resource_errors
     def run_resource(run_id: str) -> str:
-        return service.run_status(settings, run_id).model_dump_json(indent=2)
+        return bounded_latest(service.run_status(settings, run_id)).model_dump_json(indent=2)
 
     @mcp.resource(
         "rl://runs/{run_id}/config", name="run_config", title="Run configuration", mime_type="application/yaml",
@@ -341,7 +391,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     @resource_errors
     def run_metrics_resource(run_id: str) -> str:
-        return json.dumps(service.read_metrics(settings, run_id), indent=1)
+        return bounded_metrics(service.read_metrics(settings, run_id))
 
     @mcp.resource(
         "rl://runs/{run_id}/logs/{process}{?tail}",
@@ -355,7 +405,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     @resource_errors
     def run_log_resource(run_id: str, process: str, tail: int = service.DEFAULT_LOG_TAIL) -> str:
-        return service.read_log(settings, run_id, process, tail)
+        return bounded_log(service.read_log(settings, run_id, process, tail), run_id, process)
 
     # --- start-up ---------------------------------------------------------------------------
     async def reconcile_runs() -> None:

@@ -242,3 +242,27 @@ async def test_smoke_test_tools_refuse_unknown_ids_and_list_nothing(home: Path) 
     assert listing["count"] == 0 and listing["tests"] == []
     assert unknown.is_error and "Unknown test_id" in unknown.content[0].text
     assert cancel.is_error and "Unknown test_id" in cancel.content[0].text
+
+
+async def test_log_and_metrics_answers_are_byte_capped_and_say_how_to_get_more(home: Path) -> None:
+    from mcp_rl.server.training_tools import LATEST_MAX_BYTES, RESOURCE_MAX_BYTES
+
+    settings = _settings(home)
+    run_dir = _record_run(settings, "abc12345")
+    (run_dir / "logs" / "trainer.log").write_text("".join(f"{i:05d} " + "x" * 94 + "\n" for i in range(5000)))
+    wide = {"step": 4, "reward/mean": 0.4, "train/loss": 0.2, **{f"env/metric_{i}": "y" * 40 for i in range(300)}}
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        for _ in range(100):
+            fh.write(json.dumps(wide) + "\n")
+    async with Client(build_server(settings)) as client:
+        log = (await client.read_resource("rl://runs/abc12345/logs/trainer?tail=5000")).contents[0].text
+        metrics = (await client.read_resource("rl://runs/abc12345/metrics")).contents[0].text
+        status = (await client.call_tool("rl_check_status", {"run_id": "abc12345"})).structured_content
+    assert len(log.encode()) <= RESOURCE_MAX_BYTES + 200 and "rl_read_log('abc12345', 'trainer', cursor=0)" in log
+    assert log.splitlines()[1].startswith("0") and log.splitlines()[-1].startswith("04999")
+    data = json.loads(metrics)
+    assert len(metrics.encode()) <= RESOURCE_MAX_BYTES and "older rows left out" in data["note"]
+    assert data["rows"][-1]["step"] == 4
+    latest = status["metrics"]["latest"]
+    assert len(json.dumps(latest)) <= LATEST_MAX_BYTES + 200 and "more keys" in latest["_more"]
+    assert status["metrics"]["step"] == 4 and status["metrics"]["reward_mean"] == 0.4
