@@ -3,6 +3,12 @@
 # with a bearer token, then the MCP conformance harness against `mcp-rl serve --transport http`
 # (both eras), with the expected failures in .ci/conformance-baseline.yml. Exits non-zero on any unexpected result.
 #
+# Discoverability: the Inspector CLI checks the server's title, website and icon, a title on every
+# tool, resource and template, lists the prompts and gets one. Its one-shot CLI (`mcp-inspector
+# --cli`) has no completion/complete method, so completions (environment names, run ids) go through
+# the same package's connection CLI, `mcpdo prompts/complete`, with its daemon state in a
+# temporary HOME that the clean-up stops.
+#
 # Needs .venv (scripts/bootstrap) and npm; the npm tools are pinned in package-lock.json.
 # MCP_RL_PYTHON overrides the Python that runs the server (default .venv/bin/python).
 set -euo pipefail
@@ -22,6 +28,8 @@ export MCP_RL_HOME="$WORK/home"
 export HF_HUB_OFFLINE=1
 SERVER_PIDS=
 cleanup() {
+    # The mcpdo daemon (completions), if it is still up: its state lives in $WORK.
+    if [ -d "$WORK/mcpdo-home" ]; then HOME="$WORK/mcpdo-home" "$ROOT/node_modules/.bin/mcpdo" daemon stop >/dev/null 2>&1 || true; fi
     for pid in $SERVER_PIDS; do
         if kill -0 "$pid" 2>/dev/null; then
             kill "$pid" 2>/dev/null || true
@@ -67,19 +75,29 @@ EOF
 MODERN=(--config "$WORK/inspector.json" --server mcp-rl)
 
 ENV_TOOLS='{"rl_list_environments","rl_select_environment","rl_get_current_config","rl_edit_config"}'
+PROMPTS='{"train_environment","diagnose_run","compare_runs","smoke_test_models","tune_config"}'
 for era in legacy modern; do
     if [ "$era" = legacy ]; then TARGET=("${SERVE[@]}"); else TARGET=("${MODERN[@]}"); fi
     echo "MCP Inspector CLI over stdio ($era era)"
+    expect 0 "initialize: server title, website and icons" \
+        "(i := out['result']['serverInfo'])['title'] and i['websiteUrl'].startswith('https://') and {'image/png', 'image/svg+xml'} <= {c['mimeType'] for c in i['icons']} and 'prompts' in out['result']['capabilities'] and 'completions' in out['result']['capabilities']" \
+        -- "${TARGET[@]}" --method initialize
     # --strict: exit 6 on an error-severity tool-schema portability problem.
-    expect 0 "tools/list" \
-        "$ENV_TOOLS <= {t['name'] for t in out['result']['tools']} and all('inputSchema' in t and 'annotations' in t for t in out['result']['tools'])" \
+    expect 0 "tools/list: schemas, annotations and a title on every tool" \
+        "$ENV_TOOLS <= {t['name'] for t in out['result']['tools']} and all('inputSchema' in t and 'annotations' in t and (t.get('title') or t['annotations'].get('title')) for t in out['result']['tools'])" \
         -- "${TARGET[@]}" --method tools/list --strict
-    expect 0 "resources/list" \
-        "{'rl://environments', 'rl://config/current', 'rl://config/locked'} <= {r['uri'] for r in out['result']['resources']}" \
+    expect 0 "resources/list: a title on every resource" \
+        "{'rl://environments', 'rl://config/current', 'rl://config/locked'} <= {r['uri'] for r in out['result']['resources']} and all(r.get('title') for r in out['result']['resources'])" \
         -- "${TARGET[@]}" --method resources/list
-    expect 0 "resources/templates/list" \
-        "'rl://environments/{name}' in {t['uriTemplate'] for t in out['result']['resourceTemplates']}" \
+    expect 0 "resources/templates/list: a title on every template" \
+        "'rl://environments/{name}' in {t['uriTemplate'] for t in out['result']['resourceTemplates']} and all(t.get('title') for t in out['result']['resourceTemplates'])" \
         -- "${TARGET[@]}" --method resources/templates/list
+    expect 0 "prompts/list: the workflows, with titles" \
+        "{p['name'] for p in out['result']['prompts']} == $PROMPTS and all(p.get('title') and p.get('description') for p in out['result']['prompts'])" \
+        -- "${TARGET[@]}" --method prompts/list
+    expect 0 "prompts/get train_environment environment=arithmetic" \
+        "\"rl_select_environment('arithmetic')\" in out['result']['messages'][0]['content']['text']" \
+        -- "${TARGET[@]}" --method prompts/get --prompt-name train_environment --prompt-args environment=arithmetic
     expect 0 "tools/call rl_list_environments (good arguments)" \
         "not out['result'].get('isError') and 'environments' in json.loads(out['result']['content'][0]['text'])" \
         -- "${TARGET[@]}" --method tools/call --tool-name rl_list_environments
@@ -89,6 +107,54 @@ for era in legacy modern; do
     expect 5 "tools/call rl_edit_config without its required arguments (bad arguments)" "" \
         -- "${TARGET[@]}" --method tools/call --tool-name rl_edit_config --tool-args-json '{"field": 3}'
 done
+
+echo "Completions (completion/complete) through the Inspector's mcpdo"
+# A recorded run, so that run ids have something to complete (no process is started).
+"$PY" - <<'EOF'
+import time
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import service
+from mcp_rl.supervisor.registry import RunRecord
+from mcp_rl.supervisor.states import RunState
+
+settings = Settings.from_env()
+run_dir = settings.runs_dir / "ci0run01"
+run_dir.mkdir(parents=True, exist_ok=True)
+(run_dir / "run.yaml").write_text("run_id: ci0run01\n")
+now = time.time()
+service.registry_for(settings).create_run(RunRecord(
+    run_id="ci0run01", environment="arithmetic", backend="local", state=RunState.STARTING, created_at=now,
+    updated_at=now, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml")))
+EOF
+MCPDO="$ROOT/node_modules/.bin/mcpdo"
+MCPDO_HOME="$WORK/mcpdo-home"
+mkdir -p "$MCPDO_HOME"
+mcpdo() { HOME="$MCPDO_HOME" MCP_INSPECTOR_SECRET_STORE=file "$MCPDO" --format json --config "$WORK/inspector.json" "$@"; }
+# complete NAME CHECK REF_TYPE REF ARG VALUE: one completion/complete, then the Python CHECK over `out`.
+complete() {
+    local name=$1 check=$2 out="$WORK/complete.json" code=0
+    mcpdo @mcp-rl prompts/complete --complete-ref-type "$3" --complete-ref "$4" --complete-arg-name "$5" \
+        --complete-arg-value "$6" >"$out" 2>"$WORK/err.txt" || code=$?
+    if [ "$code" != 0 ]; then bad "$name: exit $code"; tail -5 "$WORK/err.txt" | sed 's/^/        /'; return; fi
+    if ! "$PY" -c "import json,sys; out=json.load(open(sys.argv[1])); sys.exit(0 if ($check) else 1)" "$out"; then
+        bad "$name: output check failed: $check"; head -c 600 "$out" | sed 's/^/        /'; echo; return
+    fi
+    ok "$name"
+}
+if mcpdo connect mcp-rl >"$WORK/connect.json" 2>"$WORK/err.txt"; then
+    complete "environment names for the train_environment prompt" "out['values'][0] == 'arithmetic'" \
+        ref/prompt train_environment environment ari
+    complete "environment names for rl://environments/{name}" "'arithmetic' in out['values']" \
+        ref/resource 'rl://environments/{name}' name ""
+    complete "run ids for the diagnose_run prompt" "out['values'] == ['ci0run01']" ref/prompt diagnose_run run_id ci0
+    complete "run ids for rl://runs/{run_id}/logs/{process}" "out['values'] == ['ci0run01']" \
+        ref/resource 'rl://runs/{run_id}/logs/{process}{?tail}' run_id ""
+    complete "process names for rl://runs/{run_id}/logs/{process}" "out['values'] == ['trainer']" \
+        ref/resource 'rl://runs/{run_id}/logs/{process}{?tail}' process tr
+else
+    bad "mcpdo connect: $(tail -3 "$WORK/err.txt")"
+fi
+HOME="$MCPDO_HOME" "$MCPDO" daemon stop >/dev/null 2>&1 || true
 
 # start_http PORT [TOKEN]: `mcp-rl serve --transport http` in the background, ready when the port
 # accepts connections (deadline 60 s). Its pid is added to SERVER_PIDS for the clean-up.
