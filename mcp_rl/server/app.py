@@ -28,9 +28,11 @@ INSTRUCTIONS = """\
 mcp-rl runs reinforcement-learning post-training (GRPO-style, LoRA) of language models.
 Workflow: rl_list_environments -> rl_select_environment -> rl_get_current_config ->
 rl_edit_config (optional) -> rl_test_inference (smoke test, strongly recommended) ->
-rl_start_training -> rl_check_status (poll) -> rl_get_results / rl_stop_training.
-Runs live outside this server: they keep going if the client disconnects, and any later
-server sees them (rl_list_runs)."""
+rl_start_training -> rl_wait_for_run / rl_check_status -> rl_get_results / rl_stop_training.
+Every call answers within the server's time budget (45 s by default); work still going then
+continues in the background and the answer names the tool that collects it (e.g.
+rl_get_test_result for a smoke test). Runs live outside this server: they keep going if the
+client disconnects, and any later server sees them (rl_list_runs)."""
 
 
 @dataclass

@@ -104,6 +104,8 @@ class Jobs:
         self._jobs: dict[str, Job] = {}
 
     def start(self, key: str, what: str, fn: Callable[[], Any]) -> Job:
+        """The job under `key`: the one in flight, or one that finished and is not collected yet
+        (so a failure reaches the next call, which then forgets it), else a new one."""
         with self._lock:
             existing = self._jobs.get(key)
             if existing is not None and not self._stale(existing):
