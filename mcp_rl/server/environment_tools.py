@@ -172,9 +172,16 @@ def register(mcp: MCPServer, state: AppState) -> None:
         rl://environments/gem for all. Next: rl_select_environment(name or GEM id).
         """
         budget = CallBudget(budget_s)
-        catalog = await anyio.to_thread.run_sync(service.catalog)
+        progress = Progress(ctx, budget)
+        # Scanning large MCP_RL_ENV_PATHS folders reads every Python file once (then cached).
+        scanned, catalog, scan = await run_within(jobs, "scan", "scanning the environment folders", service.catalog, budget, progress)
+        if not scanned:
+            raise ToolError(
+                f"Still scanning the environment folders ({scan.running_for():.0f} s so far; it goes on in the "
+                "background): call rl_list_environments again in a moment."
+            )
         # The first read of the GEM catalog imports gem in a child process (seconds, or more).
-        done, gem, job = await run_within(jobs, "gem-catalog", "listing the GEM environments", service.gem, budget, Progress(ctx, budget))
+        done, gem, job = await run_within(jobs, "gem-catalog", "listing the GEM environments", service.gem, budget, progress)
         if not done:
             gem = GemCatalog(
                 installed=True,
