@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_rl.errors import DamagedState, clip_message
+
 Backend = Literal["local", "tinker"]
 
 
@@ -117,8 +119,18 @@ class RunConfig(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> RunConfig:
-        with open(path, encoding="utf-8") as fh:
-            return cls.model_validate(yaml.safe_load(fh))
+        """Read run.yaml; a damaged one raises DamagedState saying what is wrong (missing: FileNotFoundError)."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise DamagedState(f"{path} cannot be read as YAML: {clip_message(str(exc), 200)}") from exc
+        try:
+            return cls.model_validate(data)
+        except ValueError as exc:
+            raise DamagedState(f"{path} is not a valid run file: {clip_message(str(exc), 300)}") from exc
 
     def dump(self, path: Path) -> None:
         """Write atomically, so a reader never sees half a file."""

@@ -142,7 +142,11 @@ class EnvironmentService:
         """The session and the selected environment's spec (re-read if its file changed)."""
         session = self.store.read()
         if session.environment is None:
-            raise UserError("No environment selected. Call rl_list_environments, then rl_select_environment(name).")
+            # A damaged session.json was kept aside: say so, or the lost selection is a mystery.
+            repaired = (" " + " ".join(session.notes)) if session.notes else ""
+            raise UserError(
+                "No environment selected. Call rl_list_environments, then rl_select_environment(name)." + repaired
+            )
         ref = session.environment
         env = EnvironmentInfo(
             name=ref.name,

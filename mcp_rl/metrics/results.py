@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import NotFound
+from mcp_rl.errors import NotFound, clip_message
 from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import DEFAULT_DEADLINE_S, WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
@@ -135,8 +135,8 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         config = RunConfig.load(run_dir / "run.yaml")
     except FileNotFoundError:
         notes.append("run.yaml is missing from the run directory.")
-    except Exception as exc:  # a run from an older or newer mcp-rl: answer with what we have
-        notes.append(f"run.yaml could not be read ({type(exc).__name__}).")
+    except Exception as exc:  # a run from an older or newer mcp-rl, or damaged: answer with what we have
+        notes.append(f"run.yaml could not be read: {clip_message(str(exc), 300)}")
 
     table = store.read_step_table(run_dir)
     status = store.read_trainer_status(run_dir)
@@ -165,6 +165,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         metrics_uri=f"rl://runs/{run_id}/metrics",
         log_uris={name: f"rl://runs/{run_id}/logs/{name}" for name in ("trainer", "env", "api", "supervisor")},
     )
+    notes.extend(store.damage_report(run_dir))
     if not table.rows:
         notes.append("No training step has been logged yet.")
     if table.bad_lines:
@@ -175,6 +176,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         notes.append("No sampler weights have been saved yet.")
     elif weights.sampler_exists is False:
         notes.append(f"The recorded weights folder {weights.sampler_weights} no longer exists.")
+    results.notes = notes  # the model holds a copy of the list it was built with
 
     return results, wandb_query(settings, run_id, config)
 

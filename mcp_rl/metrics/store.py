@@ -180,6 +180,12 @@ def damage_report(run_dir: Path) -> list[str]:
             continue
         except OSError as exc:
             problems.append(unreadable(path, exc))
+            continue
+        if name == CHECKPOINTS_FILE:  # one line per checkpoint: small enough to read here
+            read = read_jsonl(path)
+            bad = read.bad_lines + sum(1 for row in read.rows if _checkpoint(row) is None)
+            if bad:
+                problems.append(f"{name}: {bad} unreadable record(s) were skipped; the checkpoints they name are not listed.")
     problem = _trainer_status(run_dir)[1]
     if problem:
         problems.append(problem)
@@ -198,13 +204,15 @@ class Checkpoint(BaseModel):
 
 def read_checkpoints(run_dir: Path) -> list[Checkpoint]:
     """Recorded checkpoints in the order written; malformed lines are skipped."""
-    checkpoints = []
-    for row in read_jsonl(run_dir / CHECKPOINTS_FILE).rows:
-        try:
-            checkpoints.append(Checkpoint.model_validate(row))
-        except ValidationError:
-            continue
-    return checkpoints
+    rows = read_jsonl(run_dir / CHECKPOINTS_FILE).rows
+    return [c for c in map(_checkpoint, rows) if c is not None]
+
+
+def _checkpoint(row: dict[str, Any]) -> Checkpoint | None:
+    try:
+        return Checkpoint.model_validate(row)
+    except ValidationError:
+        return None
 
 
 class WeightsInfo(BaseModel):

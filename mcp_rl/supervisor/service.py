@@ -484,7 +484,13 @@ def read_log(settings: Settings, run_id: str, process: str, tail: int = DEFAULT_
 def read_config(settings: Settings, run_id: str) -> str:
     run = _get_run(registry_for(settings), run_id)
     try:
-        return Path(run.config_path).read_text(encoding="utf-8")
+        text = Path(run.config_path).read_text(encoding="utf-8")
+        if not text.strip():
+            raise DamagedState(
+                f"The run.yaml of run {run.run_id} is empty ({run.config_path}). "
+                "The run's metrics and results are still readable (rl_get_results)."
+            )
+        return text
     except FileNotFoundError as exc:
         raise NotFound(f"Run {run.run_id} has no run.yaml any more ({run.config_path}).") from exc
     except (OSError, UnicodeDecodeError) as exc:
