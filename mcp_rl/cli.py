@@ -27,8 +27,12 @@ def _serve(args: argparse.Namespace) -> int:
         build_server().run()
         return 0
     from mcp_rl.http_serve import serve_http
+    from mcp_rl.settings import Settings
 
-    serve_http(args.host, args.port, args.path)
+    settings = Settings.from_env()
+    if args.allow_host:  # on top of MCP_RL_ALLOWED_HOSTS
+        settings = settings.model_copy(update={"http_allowed_hosts": [*settings.http_allowed_hosts, *args.allow_host]})
+    serve_http(args.host, args.port, args.path, settings)
     return 0
 
 
@@ -82,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     serve.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="a host name or address HTTP clients use to reach the server (repeatable; adds to "
+                       "MCP_RL_ALLOWED_HOSTS; needed for --host 0.0.0.0 or ::)")
     serve.set_defaults(func=_serve)
 
     demo = sub.add_parser("demo", help="Run the embedded default end to end through a real MCP client (no keys).")

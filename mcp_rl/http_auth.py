@@ -130,7 +130,8 @@ def bind_policy(host: str, token: str | None, allowed_hosts: Iterable[str] = ())
                 f"Refusing to serve MCP over HTTP on {host!r} (every interface) without {ALLOWED_HOSTS_ENV}: "
                 "requests are only accepted when their Host header names this server, so say which names "
                 f"clients use, e.g. `export {ALLOWED_HOSTS_ENV}=mybox.example.org,192.168.1.10` "
-                "(comma-separated host names or addresses), or bind one address with --host."
+                "(comma-separated host names or addresses) or `--allow-host mybox.example.org`, or bind one "
+                "address with --host."
             )
         return BindPolicy(token=token, allowed_hosts=frozenset(LOOPBACK_NAMES | extra))
     return BindPolicy(token=token, allowed_hosts=frozenset({normalize_host(host)} | extra))

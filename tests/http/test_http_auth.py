@@ -81,7 +81,8 @@ def _ipv6() -> bool:
 
 
 @contextmanager
-def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, allowed: str | None = None) -> Iterator[Server]:
+def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, allowed: str | None = None,
+                extra_args: tuple[str, ...] = ()) -> Iterator[Server]:
     port = allocate_ports(1)[0]
     env = make_env(home)
     env["PATH"] = os.environ.get("PATH", "")
@@ -93,7 +94,7 @@ def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, a
     connect = _connectable(host)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", host, "--port", str(port)],
+            [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", host, "--port", str(port), *extra_args],
             env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
@@ -273,8 +274,10 @@ def test_non_loopback_address_bind_refuses_a_wrong_host_or_origin(home: Path) ->
 
 @pytest.mark.skipif(not _ipv6(), reason="no IPv6")
 def test_non_loopback_ipv6_wildcard_bind_refuses_a_wrong_host_or_origin(home: Path) -> None:
-    with http_server(home, host="::", token=TOKEN, allowed="gpu-box") as server:
+    # The allow-list from the command line this time (--allow-host adds to MCP_RL_ALLOWED_HOSTS).
+    with http_server(home, host="::", token=TOKEN, extra_args=("--allow-host", "gpu-box", "--allow-host", "10.9.8.7")) as server:
         assert_host_and_origin_checked(server, "gpu-box", token=TOKEN)
+        assert_host_and_origin_checked(server, "10.9.8.7", token=TOKEN)
 
 
 # --- the token ------------------------------------------------------------------------------------
