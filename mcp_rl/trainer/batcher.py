@@ -19,13 +19,15 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
 
 log = logging.getLogger(__name__)
 
 
+@runtime_checkable
 class BatchSampling(Protocol):
     tokenizer: Any
     model_name: str
@@ -65,6 +67,7 @@ class BatchingSampler(Sampler):
         self.window_s = window_s
         self.max_sequences = max_sequences
         self.stats = BatcherStats()
+        self._reported = BatcherStats()
         self._pending: list[_Pending] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -89,6 +92,19 @@ class BatchingSampler(Sampler):
     def stats_snapshot(self) -> BatcherStats:
         with self._cond:
             return replace(self.stats)
+
+    def step_metrics(self) -> dict[str, float]:
+        """What the sampler did since the previous call (the trainer logs it every step)."""
+        with self._cond:
+            now, before = replace(self.stats), self._reported
+            self._reported = now
+        batches = now.batches - before.batches
+        return {
+            "sampler/batches": batches,
+            "sampler/requests_per_batch": (now.requests - before.requests) / batches if batches else 0.0,
+            "sampler/sequences": now.sequences - before.sequences,
+            "sampler/busy_s": now.busy_s - before.busy_s,
+        }
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop collecting; requests still waiting fail at once (nobody will sample them)."""
@@ -162,3 +178,9 @@ class BatchingSampler(Sampler):
             s.sequences += sum(max(1, p.request.n) for p in batch)
             s.busy_s += seconds
             s.largest = max(s.largest, len(batch))
+
+
+def batching_sampler(backend: BatchSampling, settings: Settings) -> BatchingSampler:
+    """The local sampler as the trainer serves it (the bench builds it the same way)."""
+    return BatchingSampler(backend, window_s=settings.local_batch_window_s,
+                           max_sequences=settings.local_batch_max_sequences)

@@ -31,6 +31,7 @@ from mcp_rl.trainer.backends.base import (
     TrainingBackend,
     TrainingExample,
 )
+from mcp_rl.trainer.batcher import BatchingSampler, BatchSampling, batching_sampler
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 from mcp_rl.trainer.status import RunRecorder, last_state
 
@@ -104,6 +105,7 @@ class Trainer:
         self.stop_reason: str | None = None
         self.backend: TrainingBackend | None = None
         self.server: ServerThread | None = None
+        self.batcher: BatchingSampler | None = None
         self.ready = threading.Event()
         self.wandb_run: Any = None
         self.last_state_step = 0
@@ -161,6 +163,8 @@ class Trainer:
                 await client.aclose()
             if self.server is not None:
                 self.server.stop()
+            if self.batcher is not None:
+                self.batcher.close()
             self._close_wandb()
             if self.backend is not None:
                 await self._close_backend(outcome, detail)
@@ -217,9 +221,14 @@ class Trainer:
         if port is None:
             raise RuntimeError("run.yaml has no ports.inference: the supervisor must assign ports before starting")
         assert self.backend is not None
-        service = InferenceService(self.backend, ready=self.ready)
-        # A remote service samples many requests at once; a local model one at a time.
+        sampler: Any = self.backend
+        # A remote service samples many requests at once; a local model samples the requests
+        # that arrive together as one batch (all of them must reach the batcher to be batched).
         concurrency = self.settings.remote_sampling_concurrency if self.backend.remote else 1
+        if not self.backend.remote and isinstance(self.backend, BatchSampling):
+            self.batcher = sampler = batching_sampler(self.backend, self.settings)
+            concurrency = self.batcher.max_requests
+        service = InferenceService(sampler, ready=self.ready)
         app = build_app(service, extra_health=lambda: {"trainer_step": self.recorder.status.step,
                                                         "phase": self.recorder.status.phase},
                         sampling_concurrency=concurrency)
@@ -271,6 +280,8 @@ class Trainer:
             self.recorder.update(phase="training")
             metrics = await asyncio.to_thread(self._train_step, step, batch, adam)
             metrics["time/wait_for_batch"] = began - waited_from
+            if self.batcher is not None:
+                metrics.update(self.batcher.step_metrics())
             metrics["time/step_seconds"] = time.monotonic() - began
             line = self.recorder.metrics(step, metrics)
             self.recorder.update(step=step)

@@ -78,6 +78,11 @@ def test_requests_arriving_together_are_one_batch_and_each_gets_its_own_answer()
         assert [s.tokens for s in seqs] == [[p], [p]]
     stats = sampler.stats_snapshot()
     assert (stats.batches, stats.requests, stats.sequences, stats.largest) == (1, 4, 8, 4)
+    metrics = sampler.step_metrics()
+    assert metrics["sampler/batches"] == 1 and metrics["sampler/requests_per_batch"] == 4.0
+    assert metrics["sampler/sequences"] == 8 and metrics["sampler/busy_s"] >= 0
+    # Each step reports what happened since the previous one.
+    assert sampler.step_metrics()["sampler/batches"] == 0
 
 
 def test_requests_queue_while_a_batch_runs_and_a_batch_never_exceeds_max_sequences():
