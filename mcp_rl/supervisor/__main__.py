@@ -12,21 +12,24 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+from mcp_rl import processes
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
-from mcp_rl import processes
 from mcp_rl.supervisor.launch import build_specs
 from mcp_rl.supervisor.ports import allocate_ports
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import RunState, run_marker
-from mcp_rl.supervisor.supervisor import Policy, RunSupervisor
+from mcp_rl.supervisor.supervisor import Policy, ProcessSpec, RunSupervisor
 
 log = logging.getLogger("mcp_rl.supervisor")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, build: Callable[..., list[ProcessSpec]] = build_specs) -> int:
+    """Supervise one run. `build` makes its process specs from run.yaml (the fault-injection tests
+    pass cheap stand-ins; everything else is this very program)."""
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.supervisor", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         config.dump(config_path)
         registry.update_run(run_id, api_port=api_port, inference_port=inference_port)
         policy = Policy.from_env()
-        specs = build_specs(config, config_path, settings, policy)
+        specs = build(config, config_path, settings, policy)
     except Exception as exc:
         registry.transition(run_id, RunState.FAILED, f"supervisor could not prepare the run: {exc!r}")
         # Nothing was started; a run already being stopped simply ends stopped.

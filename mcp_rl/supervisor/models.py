@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from mcp_rl.supervisor.states import RunState
+from mcp_rl.supervisor.states import ProcState, RunState
 
 
 def log_uri(run_id: str, name: str) -> str:
@@ -30,7 +30,8 @@ class RunStarted(BaseModel):
 
 
 class ProcessStatus(BaseModel):
-    status: str = Field(description="pending | starting | running | exited (N) | stopped (N)")
+    state: ProcState = Field(default=ProcState.PENDING, description="The recorded state of the process.")
+    status: str = Field(description="The state for people: pending | starting | running | exited (N) | stopped (N)")
     pid: int | None = None
     port: int | None = None
     exit_code: int | None = None

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from mcp_rl import processes
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError
 from mcp_rl.metrics import store
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
-from mcp_rl import processes
 from mcp_rl.supervisor.models import (
     ProcessStatus,
     RunList,
@@ -304,7 +304,7 @@ def _process_status(proc: ProcessRecord | None) -> ProcessStatus:
     if proc.state in (ProcState.EXITED, ProcState.STOPPED):
         text = f"{proc.state} ({proc.exit_code})" if proc.exit_code is not None else str(proc.state)
     alive = proc.state in (ProcState.STARTING, ProcState.RUNNING) and processes.is_alive(proc.pid, proc.create_time)
-    return ProcessStatus(status=text, pid=proc.pid, port=proc.port, exit_code=proc.exit_code, alive=alive)
+    return ProcessStatus(state=proc.state, status=text, pid=proc.pid, port=proc.port, exit_code=proc.exit_code, alive=alive)
 
 
 def _float(value: Any) -> float | None:
@@ -398,9 +398,14 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None, budg
             supervisor.process.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
             pass
-        processes.wait_until(
-            lambda: ended() or not processes.is_alive(run.supervisor_pid, run.supervisor_create_time), deadline
-        )
+
+        def supervisor_done() -> bool:
+            # Frozen again (SIGSTOP) while stopping: continued again, so it can finish.
+            proof = processes.prove(run.supervisor_pid, run.supervisor_create_time, run_marker(run.run_dir))
+            processes.continue_if_frozen(proof)
+            return ended() or not proof.alive
+
+        processes.wait_until(supervisor_done, deadline)
     stopper = None
     if not ended():
         # The supervisor is gone, unproven or slower than this call may wait: a detached stopper

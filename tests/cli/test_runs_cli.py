@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from mcp_rl.settings import Settings
 from mcp_rl import processes
+from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import RunRecord
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker

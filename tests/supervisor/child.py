@@ -2,6 +2,7 @@
 
     python child.py --port P [--status FILE] [--done-when FILE] [--exit-code N]
                     [--no-heartbeat] [--phase-at-exit PHASE] [--spawn-grandchild]
+                    [--delay S] [--metrics FILE [--step-s S]] [--term-delay S]
     python child.py --touch FILE [--exit-code N]        (touch a file and exit)
 
 It answers 200 to every GET on 127.0.0.1:P (readiness), rewrites --status every 0.1 s with a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +26,7 @@ from pathlib import Path
 
 
 class Ok(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b"{}")
@@ -51,7 +53,17 @@ def main() -> int:
     parser.add_argument("--spawn-grandchild", action="store_true")
     parser.add_argument("--touch", type=Path)
     parser.add_argument("--wait-for", type=Path, help="with --touch: only once this file exists")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds of start-up before serving")
+    parser.add_argument("--metrics", type=Path, help="append a metrics line (and a checkpoint record) per step")
+    parser.add_argument("--step-s", type=float, default=0.5, help="with --metrics: seconds per step")
+    parser.add_argument("--term-delay", type=float, default=None,
+                        help="on SIGTERM, go on this long (finishing a step) and then exit 0")
     args = parser.parse_args()
+    if args.term_delay is not None:
+        def finish_then_exit(*_: object) -> None:
+            threading.Timer(args.term_delay, lambda: os._exit(0)).start()
+
+        signal.signal(signal.SIGTERM, finish_then_exit)
     print(f"child {os.getpid()} starting", flush=True)
     if args.touch:
         while args.wait_for and not args.wait_for.exists():
@@ -61,10 +73,18 @@ def main() -> int:
         return args.exit_code
     if args.spawn_grandchild:
         subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"], stdin=subprocess.DEVNULL)
+    time.sleep(args.delay)  # standing in for imports and model loading
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Ok)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"serving on {args.port}", flush=True)
+    step, next_step = 0, time.monotonic() + args.step_s
     while True:
+        if args.metrics and time.monotonic() >= next_step:
+            step, next_step = step + 1, next_step + args.step_s
+            with open(args.metrics, "a") as fh:
+                fh.write(json.dumps({"step": step, "reward/mean": step / 10, "train/loss": 1 / step, "time": time.time()}) + "\n")
+            with open(args.metrics.with_name("checkpoints.jsonl"), "a") as fh:
+                fh.write(json.dumps({"step": step, "path": f"checkpoints/step_{step}"}) + "\n")
         if args.done_when and args.done_when.exists():
             if args.status:
                 write_status(args.status, args.phase_at_exit, 2)

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import psutil
-
-import signal
 
 from mcp_rl import processes
 from mcp_rl.processes import Liveness

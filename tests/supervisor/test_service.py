@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from mcp_rl import processes
 from mcp_rl.errors import NotFound
 from mcp_rl.settings import Settings
-from mcp_rl import processes
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry, RunRecord
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
