@@ -50,6 +50,28 @@ def _text(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def _changed_part(old: str, new: str, context: int = 50) -> str:
+    """For long one-line values (descriptions): only the part that differs, with some context."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    lo = max(0, start - context)
+    return f"    was: ...{old[lo:len(old) - end + context]}...\n    now: ...{new[lo:len(new) - end + context]}..."
+
+
+def _diff(want: str, got: str, name: str) -> str:
+    lines = list(difflib.unified_diff(want.splitlines(), got.splitlines(), f"snapshot/{name}", f"server/{name}", lineterm="", n=2))
+    shown = lines[:MAX_DIFF_LINES] + ([f"... {len(lines) - MAX_DIFF_LINES} more diff lines"] if len(lines) > MAX_DIFF_LINES else [])
+    # Long lines that changed a little: say where.
+    removed = [line[1:] for line in lines if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:] for line in lines if line.startswith("+") and not line.startswith("+++")]
+    hints = [_changed_part(a, b) for a, b in zip(removed, added) if max(len(a), len(b)) > 160][:10]
+    return "\n".join(shown + (["", "Where the long lines changed:", *hints] if hints else []))
+
+
 async def test_public_surface_matches_the_snapshots(home: Path) -> None:
     surface = await _surface(home)
     if os.environ.get(UPDATE_ENV):
@@ -65,9 +87,7 @@ async def test_public_surface_matches_the_snapshots(home: Path) -> None:
             continue
         want, got = path.read_text(encoding="utf-8"), _text(data)
         if want != got:
-            diff = list(difflib.unified_diff(want.splitlines(), got.splitlines(), f"snapshot/{path.name}", f"server/{path.name}", lineterm="", n=2))
-            shown = diff[:MAX_DIFF_LINES] + ([f"... {len(diff) - MAX_DIFF_LINES} more diff lines"] if len(diff) > MAX_DIFF_LINES else [])
-            problems.append("\n".join(shown))
+            problems.append(_diff(want, got, path.name))
     if problems:
         pytest.fail(
             "The public MCP surface changed (- snapshot, + server). If that is intended, regenerate with\n"
