@@ -31,7 +31,7 @@ def test_one_version_from_the_package_metadata() -> None:
     assert mcp_rl.__version__ == PYPROJECT["project"]["version"]
     assert SERVER_JSON["version"] == mcp_rl.__version__
     assert [p["version"] for p in SERVER_JSON["packages"]] == [mcp_rl.__version__]
-    assert "0.1.0" not in (REPO / "mcp_rl" / "__init__.py").read_text()  # not written a second time
+    assert f'"{mcp_rl.__version__}"' not in (REPO / "mcp_rl" / "__init__.py").read_text()  # not written twice
 
 
 def test_cli_version() -> None:
