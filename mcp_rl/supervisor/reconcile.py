@@ -62,7 +62,9 @@ def end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str
 def _left_alone(registry: Registry, run: RunRecord, cleanup: Cleanup, name: str, pid: int, why: str) -> None:
     note = f"{name} pid {pid} could not be proven to be this run's ({why}); left alone"
     cleanup.left_alone.append(note)
-    registry.record_event(run.run_id, name, "left alone", note)
+    # Its row stays as recorded (nothing proves it ended), so every reconciliation meets it again.
+    if not any(e.state == "left alone" and e.cause == note for e in registry.events(run.run_id)):
+        registry.record_event(run.run_id, name, "left alone", note)
 
 
 def supervisor_gone(run: RunRecord, now: float) -> bool:

@@ -357,6 +357,11 @@ def list_runs(settings: Settings) -> RunList:
                 cause=run.cause.splitlines()[0] if run.cause and run.state == RunState.FAILED else None,
             )
         )
+    # Ended runs whose processes are still being ended (or were left alone): said, not hidden.
+    for run_id in registry.ended_runs_with_live_processes():
+        ended = registry.get_run(run_id)
+        if ended is not None and (note := _ending_note(registry, ended).strip()):
+            notes.append(f"Run {run_id} ({ended.state}): {note}")
     return RunList(runs=summaries, count=len(summaries), notes=registry.notes + notes)
 
 

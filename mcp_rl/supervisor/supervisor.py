@@ -78,7 +78,7 @@ class Policy(BaseModel):
 
     def total_stop_s(self) -> float:
         """Longest a full stop can take: each grace, plus the wait after each kill."""
-        return self.trainer_stop_grace_s + 2 * self.stop_grace_s + 3 * 10.0
+        return self.trainer_stop_grace_s + 2 * self.stop_grace_s + 3 * processes.KILL_WAIT_S
 
 
 @dataclass

@@ -129,11 +129,14 @@ def test_status_after_the_supervisor_died_ends_the_processes_after_the_command_e
         ident = processes.identify(popen.pid)
         registry.set_process("orphan", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
     try:
-        status = cli(home, "status", "orphan", extra={"MCP_RL_TRAINER_STOP_GRACE": "2"})
+        status = cli(home, "status", "orphan", extra={"MCP_RL_TRAINER_STOP_GRACE": "4"})
         assert status.returncode == 0, status.stderr
         assert "failed" in status.stdout and f"supervisor (pid {dead.pid}) died" in status.stdout
-        # The command has exited; the trainer ignores SIGTERM for its 2 s grace, so it is still there.
+        # The command has exited; the trainer ignores SIGTERM for its 4 s grace, so it is still there.
         assert "still being ended in the background" in status.stdout
+        during = cli(home, "list")
+        line = next((x for x in during.stdout.splitlines() if x.startswith("Run orphan (failed): Its processes")), "")
+        assert (str(trainer.pid) in line and "still being ended" in line) or trainer.poll() is not None, during.stdout
         assert api.wait(timeout=30) == -15 and trainer.wait(timeout=30) == -9
         listed = cli(home, "list")
         assert "still being ended" not in listed.stdout and "orphan" in listed.stdout

@@ -302,3 +302,18 @@ def test_a_stop_that_does_not_fit_the_budget_continues_in_the_background_and_say
     assert popen.wait(timeout=10) == -signal.SIGKILL  # it ignored SIGTERM for its whole grace
     status = service.run_status(settings, "r1")
     assert status.status == RunState.STOPPED and "still being ended" not in status.message
+
+
+def test_a_left_alone_process_is_reported_once_however_often_it_is_met(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    stranger = Stranger(tmp_path)
+    try:
+        _add_run(settings, registry, "r1", RunState.FAILED, created_at=time.time() - 3600)
+        registry.set_process("r1", "env", state=ProcState.RUNNING, pid=stranger.pid, pgid=stranger.pid, create_time=None)
+        for _ in range(3):
+            service.reconcile(settings, Policy(stop_grace_s=1, trainer_stop_grace_s=1))
+        assert [e.subject for e in registry.events("r1") if e.state == "left alone"] == ["env"]
+        listing = service.list_runs(settings)
+        assert any(f"env pid {stranger.pid} could not be proven" in note for note in listing.notes), listing.notes
+        assert stranger.untouched()
+    finally:
+        stranger.close()
