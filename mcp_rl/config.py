@@ -477,6 +477,7 @@ def edit_config(
             except ValidationError as exc:
                 detail = "; ".join(err["msg"] for err in exc.errors())
                 raise UserError(f"Invalid value {clip(value)} for run option {field}: {detail}. Nothing was changed.") from None
+            new_options[field] = resolved.model_dump(mode="json")[field]  # stored as answered: 1.0 is kept as 1
             group = edits.get("group_size", _initial(spec, "group_size"))
             _check_group_vs_batch(group, resolved.batch_size)
             if field == "base_model":

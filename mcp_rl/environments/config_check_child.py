@@ -39,24 +39,30 @@ def config_class(env_cls: Any) -> type:
         return getattr(env_cls, "env_config_cls", None) or BaseEnvConfig
 
 
-def check(file_path: Path, class_name: str, project_root: Path, values: dict[str, Any], edited: list[str]) -> dict[str, Any]:
+def errors_of(config_cls: type, values: dict[str, Any], edited: list[str]) -> list[str]:
+    """What `config_cls` says is wrong with `values`, as far as the edited fields are concerned."""
     from pydantic import ValidationError
 
-    from mcp_rl.environments.loader import load_env_class
-
-    cls = config_class(load_env_class(file_path, class_name, project_root))
-    errors: list[str] = []
     try:
-        cls.model_validate(values)
+        config_cls.model_validate(values)  # type: ignore[attr-defined]
     except ValidationError as exc:
+        errors = []
         for err in exc.errors():
             loc = [str(part) for part in err["loc"]]
             # Whole-config checks (empty loc) and the edited fields are the edit's doing; a field
             # the agent never touched that does not round-trip is not a reason to refuse it.
             if not loc or loc[0] in edited:
-                where = ".".join(loc) if loc else cls.__name__
+                where = ".".join(loc) if loc else config_cls.__name__
                 errors.append(f"{where}: {err['msg']}")
-    return {"has_validators": has_validators(cls), "errors": errors}
+        return errors
+    return []
+
+
+def check(file_path: Path, class_name: str, project_root: Path, values: dict[str, Any], edited: list[str]) -> dict[str, Any]:
+    from mcp_rl.environments.loader import load_env_class
+
+    cls = config_class(load_env_class(file_path, class_name, project_root))
+    return {"has_validators": has_validators(cls), "errors": errors_of(cls, values, edited)}
 
 
 def main(argv: list[str]) -> int:
