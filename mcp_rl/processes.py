@@ -171,8 +171,9 @@ def prove(
 ) -> Proof:
     """Is the process recorded as (`pid`, `create_time`) still there, and provably ours?
 
-    Proven: start time matches and the process carries `marker`; or it is our own unreaped child
-    (then `marker`, if given, must match too). Anything else running at `pid` is UNPROVEN.
+    Proven: start time matches and the process carries `marker` (without `marker`: carries a
+    marker of ours at all); or it is our own unreaped child (then `marker`, if given, must match
+    too). Anything else running at `pid` is UNPROVEN.
     """
     if not pid:
         return Proof(pid, Liveness.GONE, "no pid was recorded")
@@ -196,8 +197,9 @@ def prove(
     carried = marker_of(proc, marker_env)
     if marker is not None and carried != marker:
         return Proof(pid, Liveness.UNPROVEN, f"pid {pid} does not carry the marker {marker_env}={marker}", proc, carried)
-    if marker is None and not is_child:
-        return Proof(pid, Liveness.UNPROVEN, f"pid {pid} has no marker to check, so it cannot be proven ours", proc, carried)
+    if marker is None and not is_child and carried is None:
+        # A caller with no marker to compare still needs one of ours there (and the start time).
+        return Proof(pid, Liveness.UNPROVEN, f"pid {pid} carries no {marker_env}, so it cannot be proven ours", proc)
     frozen = status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
     return Proof(pid, Liveness.FROZEN if frozen else Liveness.ALIVE, "", proc, carried)
 

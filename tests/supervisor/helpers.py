@@ -46,18 +46,25 @@ class Stranger:
     """A process the test starts that is NOT its child and carries no run marker: a stand-in for
     an unrelated process whose pid a damaged registry row may name. Ended by `close()` only."""
 
-    def __init__(self, tmp_path: Path, name: str = "stranger") -> None:
+    def __init__(self, tmp_path: Path, name: str = "stranger", marker: str | None = None) -> None:
         import psutil
 
         self.signals_file = tmp_path / f"{name}.signals"
         out = subprocess.run(
             [sys.executable, "-c", _LAUNCH_DETACHED, sys.executable, "-c", _STRANGER, str(self.signals_file)],
-            capture_output=True, text=True, timeout=30, check=True, env={k: v for k, v in os.environ.items() if k != "MCP_RL_MARKER"},
+            capture_output=True, text=True, timeout=30, check=True, env=self._env(marker),
         )
         self.pid = int(out.stdout.split()[0])
         self.process = psutil.Process(self.pid)
         self.create_time = self.process.create_time()
         wait_for(lambda: "ready" in self.signals(), 20, f"{name} to install its handlers")
+
+    @staticmethod
+    def _env(marker: str | None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "MCP_RL_MARKER"}
+        if marker:  # a process of ours, just not the test's child (e.g. a run's after its supervisor died)
+            env["MCP_RL_MARKER"] = marker
+        return env
 
     def signals(self) -> list[str]:
         return self.signals_file.read_text().split() if self.signals_file.exists() else []

@@ -105,6 +105,14 @@ def test_only_a_start_time_and_marker_prove_a_process_ours(tmp_path: Path) -> No
     assert ident.marker == "run:mine"
     assert processes.prove(ident.pid, ident.create_time, "run:mine").liveness == Liveness.ALIVE
     assert processes.prove(ident.pid, ident.create_time, "run:other").liveness == Liveness.UNPROVEN
+    # Without a marker to compare, a process that is not our child must carry one of ours.
+    orphan = Stranger(tmp_path, "orphan", marker="run:mine")
+    try:
+        assert processes.prove(orphan.pid, orphan.create_time, None).liveness == Liveness.ALIVE
+        assert processes.prove(orphan.pid, None, None).liveness == Liveness.UNPROVEN
+        assert processes.prove(orphan.pid, orphan.create_time, "run:other").liveness == Liveness.UNPROVEN
+    finally:
+        orphan.close()
     ended = processes.stop(ident.pid, ident.pgid, ident.create_time, "run:mine", grace_s=2)
     assert ended.proven and ended.signalled == [ident.pid] and ended.exit_code == -signal.SIGTERM
 
