@@ -242,3 +242,26 @@ def test_two_servers_and_the_cli_on_one_damaged_state_db_repair_it_once(settings
     assert [out.get(timeout=5) for _ in servers] == [[DAMAGED_RUN, OTHER_RUN]] * 2
     kept = [p for p in settings.home.glob("state.damaged-*") if not p.name.endswith(("-wal", "-shm"))]
     assert len(kept) == 1 and kept[0].read_bytes() == b"garbage, not a database" * 100
+
+
+# --- huge inputs (issue 18 item 8) -----------------------------------------------------------
+async def test_a_huge_input_comes_back_as_a_short_prefix(settings: Settings) -> None:
+    huge = "7" * 1_000_000
+    calls = [
+        ("rl_edit_config", {"field": "max_count", "value": huge}),
+        ("rl_edit_config", {"field": "max_count", "value": [huge]}),
+        ("rl_edit_config", {"field": huge, "value": 1}),
+        ("rl_edit_config", {"field": "total_steps", "value": huge}),
+        ("rl_select_environment", {"name": huge}),
+        ("rl_check_status", {"run_id": huge}),
+        ("rl_get_results", {"run_id": huge, "include_plot": False}),
+        ("rl_stop_training", {"run_id": huge}),
+    ]
+    async with Client(build_server(settings)) as client:
+        for tool, args in calls:
+            error, _, text = await _call(client, tool, args)
+            assert error and _clear(text), (tool, text[:200])
+            assert len(text) < 5_000, (tool, len(text), text[:200])
+        for uri in (f"rl://runs/{huge[:5000]}", f"rl://runs/{huge[:5000]}/config"):
+            error, text = await _read(client, uri)
+            assert error and len(text) < 5_000, (uri, len(text))

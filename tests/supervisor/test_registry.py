@@ -206,3 +206,27 @@ def test_a_state_db_that_stays_unusable_says_so_in_words(tmp_path: Path, monkeyp
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_rows_still_readable_in_a_damaged_state_db_are_kept(tmp_path: Path) -> None:
+    # A run without a run folder can only come back from the damaged copy itself.
+    settings = Settings.from_env(make_env(tmp_path / "home"))
+    reg = registry_for(settings)
+    reg.create_run(_record("only-in-db", state=RunState.STARTING))
+    reg.set_process("only-in-db", "trainer", state=ProcState.RUNNING, pid=4242, create_time=5.0)
+    for i in range(400):  # history pages after the runs table's
+        reg.record_event("only-in-db", "trainer", "noise", "x" * 200)
+    db = sqlite3.connect(settings.state_db)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    data = bytearray(settings.state_db.read_bytes())
+    data[-20_000:] = b"\xde\xad" * 10_000  # the newest pages (events) are garbage
+    settings.state_db.write_bytes(bytes(data))
+    for suffix in ("-wal", "-shm"):
+        Path(f"{settings.state_db}{suffix}").unlink(missing_ok=True)
+    reg = registry_for(settings)
+    reg.events("only-in-db")  # reads the damaged pages: the damage is found and repaired
+    assert reg.get_run("only-in-db") is not None, reg.notes
+    (proc,) = reg.processes("only-in-db")
+    assert (proc.pid, proc.create_time) == (4242, 5.0)  # what stop needs to prove identity
+    assert any("still readable" in note for note in reg.notes), reg.notes
