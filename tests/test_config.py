@@ -301,3 +301,11 @@ def test_the_watch_interval_is_bounded(home, raw, expected):
 def test_non_finite_seconds_in_the_environment_are_refused(home, raw):
     with pytest.raises(ValueError, match="finite number of seconds"):
         Settings.from_env(make_env(home, MCP_RL_WATCH_INTERVAL=raw))
+
+
+def test_a_run_starts_from_a_session_with_bad_options_using_the_defaults(settings, store):
+    data = json.loads(settings.session_file.read_text())
+    data["run_options"] = {"total_steps": True, "lora_rank": "wide", "nonsense": 1, "batch_size": 8}
+    _write_session(settings, data)
+    run = config.build_run_config(settings, store.read(), _spec(), "r1")
+    assert run.trainer.num_steps == 30 and run.trainer.lora_rank == 8 and run.trainer.batch_size == 8

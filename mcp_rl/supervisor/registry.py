@@ -523,10 +523,13 @@ def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
         return []
     known = {row[0] for row in db.execute("SELECT run_id FROM runs")}
     rebuilt = []
+    supervisors: dict[str, tuple[int, float]] | None = None  # looked up once, when first needed
     for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in known):
         if not (run_dir / "run.yaml").exists():
             continue
-        record = run_record_from_dir(run_dir)
+        if supervisors is None:
+            supervisors = _live_supervisors()
+        record = run_record_from_dir(run_dir, supervisors)
         data = record.model_dump(mode="json")
         db.execute(f"INSERT INTO runs ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})", tuple(data.values()))
         _event(db, record.run_id, "run", record.state, record.cause, time.time())
@@ -534,9 +537,10 @@ def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
     return rebuilt
 
 
-def run_record_from_dir(run_dir: Path) -> RunRecord:
+def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]] | None = None) -> RunRecord:
     """A run's registry row as far as its directory tells: run.yaml (environment, backend, ports,
-    W&B), trainer_status.json (how it ended) and a live supervisor of it (if it is still going)."""
+    W&B), trainer_status.json (how it ended) and a live supervisor of it (if it is still going;
+    `supervisors` from `_live_supervisors`, looked up here when not given)."""
     from mcp_rl.metrics.store import TRAINER_STATUS_FILE
     from mcp_rl.runconfig import RunConfig
     from mcp_rl.supervisor.tail import read_json
@@ -563,7 +567,7 @@ def run_record_from_dir(run_dir: Path) -> RunRecord:
     phase = status.get("phase") if isinstance(status.get("phase"), str) else None
     step = status.get("step") if isinstance(status.get("step"), int) else None
     heartbeat = status.get("heartbeat") if isinstance(status.get("heartbeat"), (int, float)) else None
-    supervisor = _live_supervisor(run_dir)
+    supervisor = (_live_supervisors() if supervisors is None else supervisors).get(str(run_dir))
     ended_at: float | None = None
     if phase in _ENDED_BY_PHASE:
         state = _ENDED_BY_PHASE[phase]
@@ -608,12 +612,14 @@ def _first_written(run_dir: Path) -> float:
     return min(times, default=time.time())
 
 
-def _live_supervisor(run_dir: Path) -> tuple[int, float] | None:
-    """(pid, start time) of a running supervisor of this run: its command line names the run dir."""
+def _live_supervisors() -> dict[str, tuple[int, float]]:
+    """(pid, start time) of every running run supervisor, by the run dir its command line names
+    (`python -m mcp_rl.supervisor --run-dir <dir>`)."""
     import psutil
 
+    found: dict[str, tuple[int, float]] = {}
     for proc in psutil.process_iter(["cmdline", "create_time"]):
         cmdline = proc.info.get("cmdline") or []
-        if "mcp_rl.supervisor" in cmdline and str(run_dir) in cmdline:
-            return proc.pid, proc.info["create_time"]
-    return None
+        if "mcp_rl.supervisor" in cmdline and "--run-dir" in cmdline[:-1]:
+            found[cmdline[cmdline.index("--run-dir") + 1]] = (proc.pid, proc.info["create_time"])
+    return found

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import mcp_rl.supervisor.registry as registry_module
@@ -230,3 +233,20 @@ def test_rows_still_readable_in_a_damaged_state_db_are_kept(tmp_path: Path) -> N
     (proc,) = reg.processes("only-in-db")
     assert (proc.pid, proc.create_time) == (4242, 5.0)  # what stop needs to prove identity
     assert any("still readable" in note for note in reg.notes), reg.notes
+
+
+def test_a_run_whose_supervisor_still_runs_is_rebuilt_as_running(tmp_path: Path) -> None:
+    settings = Settings.from_env(make_env(tmp_path / "home"))
+    run_dir = write_run(settings, "going", 5, state=None)  # trainer phase "training", no row yet
+    # A stand-in supervisor this test owns: its command line names the run dir like the real one.
+    standin = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "mcp_rl.supervisor", "--run-dir", str(run_dir.resolve())],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        run = registry_for(settings).get_run("going")
+        assert run.state == RunState.RUNNING and run.supervisor_pid == standin.pid
+        assert run.supervisor_create_time == pytest.approx(psutil.Process(standin.pid).create_time())
+    finally:
+        standin.stdin.close()
+        standin.wait(10)
