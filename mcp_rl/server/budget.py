@@ -19,7 +19,7 @@ import anyio
 from mcp.server.mcpserver import Context
 
 # Kept back from the budget to build and send the answer after the last wait.
-ANSWER_MARGIN_S = 2.0
+ANSWER_MARGIN_S = 3.0
 # How often a waiting call looks at its job (and may send a progress notification).
 POLL_S = 0.1
 PROGRESS_EVERY_S = 2.0

@@ -156,3 +156,31 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
     for label in ("smoke test", "stop", "select slow", "results"):
         assert call.progress[label], f"{label} sent no progress"
     assert fake.models_seen() == {MODEL}
+
+
+async def test_a_running_smoke_test_is_listed_and_cancelled_through_tools(home: Path) -> None:
+    from mcp_rl.server import build_server
+
+    hang = "fake/hanging-model"
+    with FakeOpenRouter(behaviours={hang: "hang"}, hang_s=600) as fake:
+        settings = Settings.from_env({
+            "MCP_RL_HOME": str(home), "MCP_RL_TOOL_TIME_BUDGET": "10",
+            "OPENROUTER_API_KEY": "sk-or-FAKE-cancel", "OPENROUTER_BASE_URL": fake.base_url,
+        })
+        async with Client(build_server(settings)) as client:
+            call = Calls(client)
+            await call("select", "rl_select_environment", {"name": "arithmetic"})
+            started = await call("smoke test", "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": [hang]})
+            assert started["state"] == "running" and f"rl_cancel_test('{started['test_id']}')" in started["message"]
+            listed = await call("list", "rl_list_tests", {})
+            assert [t["state"] for t in listed["tests"]] == ["running"]
+            deadline = time.monotonic() + 120
+            while hang not in fake.models_seen():  # the model is being asked (and never answers)
+                assert time.monotonic() < deadline, "the hanging model was never asked"
+                await anyio.sleep(0.5)
+            cancelled = await call("cancel", "rl_cancel_test", {"test_id": started["test_id"]})
+            again = await call("cancel again", "rl_cancel_test", {"test_id": started["test_id"]})
+            result = await call("result", "rl_get_test_result", {"test_id": started["test_id"]})
+    assert cancelled["state"] == "cancelled" and cancelled["models_tested"][0]["state"] == "cancelled"
+    assert again["state"] == "cancelled" and result["state"] == "cancelled"
+    assert max(max(t) for t in call.took.values()) < 10
