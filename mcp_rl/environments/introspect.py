@@ -22,7 +22,11 @@ from pydantic import BaseModel
 from mcp_rl.environments.child import run_json_child
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.discovery import SKIP_DIRS, EnvironmentInfo
-from mcp_rl.environments.introspect_worker import IntrospectionWorker, WorkerError, introspection_env
+from mcp_rl.environments.introspect_worker import (
+    IntrospectionWorker,
+    WorkerError,
+    introspection_env,
+)
 from mcp_rl.environments.loader import package_location
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import write_text_atomic

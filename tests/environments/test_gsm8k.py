@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.environments.bundled.gsm8k import GSM8KEnvConfig, extract_answer, load_problems, score
+from mcp_rl.environments.bundled.gsm8k import (
+    GSM8KEnvConfig,
+    extract_answer,
+    load_problems,
+    score,
+)
 from mcp_rl.environments.discovery import scan
 from mcp_rl.settings import bundled_environments_dir
 from tests.conftest import FIXTURES

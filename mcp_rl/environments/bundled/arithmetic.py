@@ -16,10 +16,16 @@ from __future__ import annotations
 import os
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import (
+    APIServerConfig,
+    BaseEnv,
+    BaseEnvConfig,
+    ScoredDataGroup,
+)
 from pydantic import Field, model_validator
 
 MASKED = -100
@@ -99,6 +105,49 @@ def score_answer(text: str, answer: int) -> float:
     """1.0 for exactly the right integer (surrounding spaces or a final period allowed), else 0."""
     match = _ANSWER.match(text or "")
     return 1.0 if match is not None and int(match.group(1)) == answer else 0.0
+
+
+Rollout = tuple[list[int], list[int], list[float] | None, str]
+
+
+def scored_group(rollouts: list[Rollout], messages: list[dict[str, str]], reward: Callable[[str], float],
+                 group_size: int, rewards_seen: list[float]) -> ScoredDataGroup | None:
+    """The group Atropos trains on, from (prompt tokens, completion tokens, logprobs, text)
+    rollouts: None unless every rollout produced tokens. Rewards are also appended to
+    `rewards_seen` (the train accuracy logged next)."""
+    group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[], inference_logprobs=[])
+    with_logprobs = True
+    for prompt, completion, logprobs, text in rollouts:
+        if not completion:
+            continue
+        score = reward(text)
+        rewards_seen.append(score)
+        group["tokens"].append(prompt + completion)
+        group["masks"].append([MASKED] * len(prompt) + completion)
+        group["scores"].append(score)
+        group["messages"].append(messages + [{"role": "assistant", "content": text}])
+        if logprobs is None:
+            with_logprobs = False
+        else:
+            group["inference_logprobs"].append([PROMPT_LOGPROB] * len(prompt) + logprobs)
+    if len(group["tokens"]) != group_size:
+        return None
+    if not with_logprobs:
+        group["inference_logprobs"] = None
+    return group
+
+
+def with_accuracy(wandb_metrics: dict[str, Any] | None, rewards_seen: list[float],
+                  eval_metrics: list[tuple[str, float]]) -> dict[str, Any]:
+    """`wandb_metrics` plus train/percent_correct since the last call and the pending eval
+    metrics; both lists are emptied."""
+    metrics = dict(wandb_metrics or {})
+    if rewards_seen:
+        metrics["train/percent_correct"] = sum(rewards_seen) / len(rewards_seen)
+        rewards_seen.clear()
+    metrics.update(eval_metrics)
+    eval_metrics.clear()
+    return metrics
 
 
 class ArithmeticEnv(BaseEnv):
@@ -199,25 +248,8 @@ class ArithmeticEnv(BaseEnv):
         messages = build_messages(item, self.config.few_shot)
         rollouts = await self._rollouts(messages, self.config.group_size,
                                         temperature=self.config.temperature, split="train")
-        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[], inference_logprobs=[])
-        with_logprobs = True
-        for prompt, completion, logprobs, text in rollouts:
-            if not completion:
-                continue
-            score = score_answer(text, item["answer"])
-            self._correct_buffer.append(score)
-            group["tokens"].append(prompt + completion)
-            group["masks"].append([MASKED] * len(prompt) + completion)
-            group["scores"].append(score)
-            group["messages"].append(messages + [{"role": "assistant", "content": text}])
-            if logprobs is None:
-                with_logprobs = False
-            else:
-                group["inference_logprobs"].append([PROMPT_LOGPROB] * len(prompt) + logprobs)
-        if len(group["tokens"]) != self.config.group_size:
-            return None, []
-        if not with_logprobs:
-            group["inference_logprobs"] = None
+        group = scored_group(rollouts, messages, lambda text: score_answer(text, item["answer"]),
+                             self.config.group_size, self._correct_buffer)
         return group, []
 
     # --- evaluation and logging -------------------------------------------------------------
@@ -231,14 +263,7 @@ class ArithmeticEnv(BaseEnv):
         self.eval_metrics.append(("eval/percent_correct", correct / len(self.eval_problems)))
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self._correct_buffer:
-            wandb_metrics["train/percent_correct"] = sum(self._correct_buffer) / len(self._correct_buffer)
-            self._correct_buffer = []
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
-        await super().wandb_log(wandb_metrics)
+        await super().wandb_log(with_accuracy(wandb_metrics, self._correct_buffer, self.eval_metrics))
 
 
 if __name__ == "__main__":

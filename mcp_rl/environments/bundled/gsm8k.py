@@ -22,10 +22,20 @@ import re
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import (
+    APIServerConfig,
+    BaseEnv,
+    BaseEnvConfig,
+    ScoredDataGroup,
+)
 from pydantic import Field
 
-from mcp_rl.environments.bundled.arithmetic import MASKED, PROMPT_LOGPROB, ArithmeticEnv, default_tokenizer
+from mcp_rl.environments.bundled.arithmetic import (
+    ArithmeticEnv,
+    default_tokenizer,
+    scored_group,
+    with_accuracy,
+)
 
 SYSTEM_PROMPT = (
     "Solve the math word problem. Reason step by step, then give the final answer on its own line "
@@ -178,25 +188,8 @@ class GSM8KEnv(BaseEnv):
     async def collect_trajectories(self, item: dict[str, str]) -> tuple[ScoredDataGroup | None, list[Any]]:
         messages = build_messages(item["question"])
         rollouts = await self._rollouts(messages, self.config.group_size, temperature=self.config.temperature, split="train")
-        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[], inference_logprobs=[])
-        with_logprobs = True
-        for prompt, completion, logprobs, text in rollouts:
-            if not completion:
-                continue
-            reward = score(text, item["answer"])
-            self._correct_buffer.append(reward)
-            group["tokens"].append(prompt + completion)
-            group["masks"].append([MASKED] * len(prompt) + completion)
-            group["scores"].append(reward)
-            group["messages"].append(messages + [{"role": "assistant", "content": text}])
-            if logprobs is None:
-                with_logprobs = False
-            else:
-                group["inference_logprobs"].append([PROMPT_LOGPROB] * len(prompt) + logprobs)
-        if len(group["tokens"]) != self.config.group_size:
-            return None, []
-        if not with_logprobs:
-            group["inference_logprobs"] = None
+        group = scored_group(rollouts, messages, lambda text: score(text, item["answer"]),
+                             self.config.group_size, self._correct_buffer)
         return group, []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
@@ -209,14 +202,7 @@ class GSM8KEnv(BaseEnv):
             self.eval_metrics.append(("eval/percent_correct", correct / len(self.eval_problems)))
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self._correct_buffer:
-            wandb_metrics["train/percent_correct"] = sum(self._correct_buffer) / len(self._correct_buffer)
-            self._correct_buffer = []
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
-        await super().wandb_log(wandb_metrics)
+        await super().wandb_log(with_accuracy(wandb_metrics, self._correct_buffer, self.eval_metrics))
 
 
 if __name__ == "__main__":
