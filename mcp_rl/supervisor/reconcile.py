@@ -59,7 +59,7 @@ def end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str
     return cleanup
 
 
-def _left_alone(registry: Registry, run: RunRecord, cleanup: Cleanup, name: str, pid: int, why: str) -> None:
+def _left_alone(registry: Registry, run: RunRecord, cleanup: Cleanup, name: str, pid: int | None, why: str) -> None:
     note = f"{name} pid {pid} could not be proven to be this run's ({why}); left alone"
     cleanup.left_alone.append(note)
     # Its row stays as recorded (nothing proves it ended), so every reconciliation meets it again.
@@ -150,9 +150,9 @@ def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileRepo
         elif final == RunState.STOPPED:
             report.stopped.append(run.run_id)
     for run_id in registry.ended_runs_with_live_processes():
-        run = registry.get_run(run_id)
-        if run is not None and supervisor_gone(run, now):
-            end_leftovers(registry, run, policy, f"left alive after the run {run.state}")
+        ended = registry.get_run(run_id)
+        if ended is not None and supervisor_gone(ended, now):
+            end_leftovers(registry, ended, policy, f"left alive after the run {ended.state}")
             report.cleaned.append(run_id)
     if report.failed or report.stopped or report.cleaned:
         log.warning(
