@@ -126,7 +126,8 @@ class Completer:
 
     async def environment_names(self) -> list[str]:
         service = self._environments()
-        names = [e.name for e in (await anyio.to_thread.run_sync(service.catalog)).environments]
+        # select_name: what rl_select_environment takes (a qualified folder/name for a duplicate)
+        names = [e.select_name or e.name for e in (await anyio.to_thread.run_sync(service.catalog)).environments]
         gem = await _within(service.gem, None)
         if gem is not None and gem.installed:
             names += gem.ids
@@ -207,4 +208,6 @@ def register(mcp: MCPServer, state: AppState) -> None:
             prefix = head + LIST_SEPARATOR + last[: len(last) - len(typed)]  # keep what was typed, spaces too
             chosen = {v.strip() for v in head.split(LIST_SEPARATOR)}
         values = [v for v in await completer.values(source, known) if v not in chosen]  # no item twice
+        if isinstance(ref, ResourceTemplateReference):  # a {variable} of a URI stops at "/"
+            values = [v for v in values if "/" not in v]
         return rank(values, typed, prefix)

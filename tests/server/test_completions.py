@@ -62,6 +62,17 @@ async def test_environment_names_for_prompts_and_the_environment_template(settin
         assert await complete(client, prompt("train_environment"), "environment", "no-such-thing") == []
 
 
+async def test_duplicate_names_complete_as_what_rl_select_environment_takes(home) -> None:
+    repository = FIXTURES / "repos" / "research_repo" / "environments"  # two environments named "counter"
+    settings = Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=str(repository)))
+    async with Client(build_server(settings)) as client:
+        offered = await complete(client, prompt("train_environment"), "environment", "")
+        assert {"counter", "game_environments/counter/counter"} <= set(offered)
+        # A URI {variable} stops at "/": the qualified name cannot fill rl://environments/{name}.
+        assert "counter" in await complete(client, template("rl://environments/{name}"), "name", "coun")
+        assert not [v for v in await complete(client, template("rl://environments/{name}"), "name", "") if "/" in v]
+
+
 @pytest.mark.skipif(gem_catalog.installed_version() is None, reason="gem-llm not installed")
 async def test_gem_ids_complete_once_the_catalog_is_read(settings) -> None:
     server = build_server(settings)
