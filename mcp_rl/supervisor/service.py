@@ -366,12 +366,35 @@ def list_runs(settings: Settings) -> RunList:
 
 
 # --- stop ----------------------------------------------------------------------------------
-def _already_ended(run: RunRecord) -> StopResult:
+def _already_ended(settings: Settings, registry: Registry, run: RunRecord, deadline: float) -> StopResult:
+    """Nothing to stop, unless processes of the ended run are still alive (a clean-up that was
+    itself killed): those are ended now, by the detached stopper."""
+    left = _live_pids(registry, run)
+    if not left:
+        return StopResult(
+            run_id=run.run_id,
+            status=run.state,
+            was_running=False,
+            message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
+            left_alone=_left_alone_notes(registry, run.run_id),
+        )
+    launch_stopper(settings, run, f"left alive after the run {run.state}")
+    processes.wait_until(lambda: not _live_pids(registry, run), deadline)
+    still = _live_pids(registry, run)
+    message = f"Run {run.run_id} had already ended ({run.state}), but its processes {left} were still alive: "
+    message += (
+        f"{still} are still being ended in the background; check with rl_check_status('{run.run_id}')."
+        if still
+        else "they have been ended."
+    )
     return StopResult(
         run_id=run.run_id,
         status=run.state,
         was_running=False,
-        message=f"Run {run.run_id} had already ended ({run.state}); nothing to stop.",
+        in_progress=bool(still),
+        message=message,
+        processes_left=still,
+        left_alone=_left_alone_notes(registry, run.run_id),
     )
 
 
@@ -385,11 +408,11 @@ def stop_run(settings: Settings, run_id: str, policy: Policy | None = None, budg
     registry = registry_for(settings)
     run = _get_run(registry, run_id)
     if run.state in TERMINAL_STATES:
-        return _already_ended(run)
+        return _already_ended(settings, registry, run, deadline)
     if not registry.transition(run.run_id, RunState.STOPPING, "stop requested (rl_stop_training)"):
         run = _get_run(registry, run_id)
         if run.state in TERMINAL_STATES:
-            return _already_ended(run)
+            return _already_ended(settings, registry, run, deadline)
 
     def ended() -> bool:
         current = registry.get_run(run.run_id)

@@ -317,3 +317,16 @@ def test_a_left_alone_process_is_reported_once_however_often_it_is_met(tmp_path:
         assert stranger.untouched()
     finally:
         stranger.close()
+
+
+def test_stopping_an_ended_run_ends_processes_it_left_alive(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    _add_run(settings, registry, "r1", RunState.FAILED, supervisor=dead)
+    env = _sleeper(tmp_path, "env", _marker(settings, "r1"))  # its clean-up was itself killed
+    registry.set_process("r1", "env", state=ProcState.RUNNING, pid=env.pid, pgid=env.pgid, create_time=env.create_time)
+    result = service.stop_run(settings, "r1", budget_s=20)
+    assert not result.was_running and result.status == RunState.FAILED and not result.in_progress
+    assert f"its processes [{env.pid}] were still alive" in result.message and "have been ended" in result.message
+    assert not processes.is_alive(env.pid, env.create_time)
+    assert "nothing to stop" in service.stop_run(settings, "r1").message
