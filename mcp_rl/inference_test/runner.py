@@ -330,10 +330,13 @@ class TestWorker:
             if state == "failed" and error and error.startswith("the environment exited") and usage.last_error:
                 error = f"{error}; the provider's last error was {usage.last_error}"
             if usage.empty_answers and state == "succeeded":
+                fix = (
+                    f" (reasoning used the budget); set `reasoning` or raise `min_max_tokens` for {run.model.id} in "
+                    "configs/test_models.yaml" if run.lane.remote else ""
+                )
                 notes.append(
                     f"{usage.empty_answers} of {usage.empty_answers + usage.answers} answers were empty, cut at "
-                    f"max_tokens={run.lane.last_max_tokens} (reasoning used the budget); set `reasoning` or raise "
-                    f"`min_max_tokens` for {run.model.id} in configs/test_models.yaml."
+                    f"max_tokens={run.lane.last_max_tokens}{fix}."
                 )
         if state == "succeeded" and not groups:
             state, error = "failed", "the environment exited without writing any scored group"
@@ -412,7 +415,8 @@ class TestWorker:
 
     def _stopped_reason(self, run: ModelRun, reason: str) -> str:
         """The lane's reason, with what the environment made of the answers it did get."""
-        return reason + self._rejections(run)
+        rejections = self._rejections(run)
+        return reason.rstrip(".") + rejections if rejections else reason
 
     def _kill(self, run: ModelRun) -> None:
         if run.proc is None:

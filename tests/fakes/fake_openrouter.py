@@ -19,6 +19,7 @@ Behaviours per model id:
                   `{exclude: true}` only leaves the reasoning text out of the answer.
     "mandatory"   like "reasoning", but `{enabled: false}` is refused with a 400
     "silent"      never answers: always "" cut at the limit, whatever the options (a misbehaving model)
+    "sometimes"   every third answer of the model is "" cut at the limit, whatever the options
     "malformed"   200 with a body that is not a completion (no `choices`)
     "fail"        HTTP 500 with an error body
     "nocredits"   HTTP 402 "Insufficient credits"
@@ -258,9 +259,11 @@ class FakeOpenRouter:
         n = int(body.get("n") or 1) if self.honour_n else 1
         choices, completion_tokens, reasoning_tokens = [], 0, 0
         for i in range(n):
-            text = self.responder(model, prompt, self._next_index(model) if n == 1 else i)
-            if behaviour == "silent" or think + len(_tokens(text)) > max_tokens:
-                spent = min(max_tokens, think) if behaviour != "silent" else max_tokens
+            index = self._next_index(model) if n == 1 else i
+            text = self.responder(model, prompt, index)
+            cut = behaviour == "silent" or (behaviour == "sometimes" and index % 3 == 2)
+            if cut or think + len(_tokens(text)) > max_tokens:
+                spent = max_tokens if cut else min(max_tokens, think)
                 content, finish = "", "length"
             else:
                 spent, content, finish = think, text, "stop"

@@ -108,10 +108,13 @@ async def test_an_environment_with_a_bare_server_config_is_pointed_at_the_provid
                 server.base_url = "http://127.0.0.1:9/v1"  # nothing listens there
                 return env_config, server
     '''))
-    with FakeOpenRouter() as fake:
-        done = await _run(_settings(home, fake, env_paths=[envs]), "bare_arithmetic", num_steps=1, group_size=2,
+    # The model also leaves every third answer empty: the group holding one is dropped and redone.
+    with FakeOpenRouter(behaviours={"fake/good-model": "sometimes"}) as fake:
+        done = await _run(_settings(home, fake, env_paths=[envs]), "bare_arithmetic", num_steps=2, group_size=2,
                           models=["fake/good-model"])
         seen = fake.models_seen()
     (model,) = done.models_tested
     assert model.state == "succeeded", (model.error, model.log_tail)
-    assert seen == {"fake/good-model"} and model.total_completions == 2
+    assert seen == {"fake/good-model"} and model.total_completions == 4
+    assert model.usage is not None and model.usage.empty_answers >= 1
+    assert model.notes and "answers were empty" in model.notes[0] and "configs/test_models.yaml" in model.notes[0]
