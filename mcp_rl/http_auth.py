@@ -172,7 +172,7 @@ def host_of_origin(value: str) -> str | None:
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key.lower() == name:
-            return value.decode("latin-1")
+            return bytes(value).decode("latin-1")
     return None
 
 
@@ -236,7 +236,7 @@ def _bearer(scope: Scope) -> bytes | None:
         if name.lower() == b"authorization":
             scheme, _, credentials = value.partition(b" ")
             if scheme.lower() == b"bearer" and credentials.strip():
-                return credentials.strip()
+                return bytes(credentials.strip())
             return None
     return None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from mcp_rl.http_auth import BindPolicy, bind_policy, guarded, is_loopback
+from mcp_rl.http_auth import ASGIApp, BindPolicy, bind_policy, guarded, is_loopback
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def policy_for(host: str, settings: Settings) -> BindPolicy:
     return bind_policy(host, token, settings.http_allowed_hosts)
 
 
-def build_http_app(policy: BindPolicy, settings: Settings | None = None, path: str = "/mcp"):
+def build_http_app(policy: BindPolicy, settings: Settings | None = None, path: str = "/mcp") -> ASGIApp:
     """The ASGI app: the SDK's streamable HTTP app behind our Host/Origin and bearer checks."""
     from mcp.server.transport_security import TransportSecuritySettings
 

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import enum
 import logging
+import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
 from mcp.server import MCPServer
-from mcp.types import Completion, CompletionArgument, CompletionContext, PromptReference, ResourceTemplateReference
+from mcp.types import (
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    PromptReference,
+    ResourceTemplateReference,
+)
 
+from mcp_rl.errors import McpRlError
 from mcp_rl.server.app import AppState
 
 log = logging.getLogger(__name__)
@@ -120,7 +128,7 @@ class Completer:
             if source is Source.CONFIG_FIELD:
                 return await self.config_fields()
             return await anyio.to_thread.run_sync(self.model_ids)
-        except Exception as exc:  # a completion is a convenience: a broken source offers nothing
+        except (McpRlError, OSError, ValueError, sqlite3.Error) as exc:  # a convenience: a broken source offers nothing
             log.warning("completion source %s failed: %r", source.value, exc)
             return []
 
@@ -167,7 +175,8 @@ class Completer:
             current = service.current()  # the spec is cached on disk once the environment was selected
             return [f.name for f in current.configurable_fields]
 
-        return await _within(selected_fields, []) + list(RUN_OPTION_NAMES)
+        nothing: list[str] = []
+        return await _within(selected_fields, nothing) + list(RUN_OPTION_NAMES)
 
     def model_ids(self) -> list[str]:
         from mcp_rl.inference_test.service import model_catalog
@@ -189,7 +198,7 @@ def source_of(ref: PromptReference | ResourceTemplateReference, name: str) -> tu
 def register(mcp: MCPServer, state: AppState) -> None:
     completer = Completer(state)
 
-    @mcp.completion()
+    @mcp.completion()  # type: ignore[untyped-decorator, no-untyped-call, unused-ignore]  # the SDK's decorator has no types
     async def complete(
         ref: PromptReference | ResourceTemplateReference,
         argument: CompletionArgument,

@@ -23,7 +23,14 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.errors import UserError
-from mcp_rl.http_auth import LOOPBACK_NAMES, bind_policy, host_of_header, host_of_origin, is_loopback, is_wildcard
+from mcp_rl.http_auth import (
+    LOOPBACK_NAMES,
+    bind_policy,
+    host_of_header,
+    host_of_origin,
+    is_loopback,
+    is_wildcard,
+)
 from mcp_rl.supervisor.ports import allocate_ports
 from tests.conftest import REPO, make_env
 
@@ -211,7 +218,7 @@ def test_non_local_bind_without_token_refuses_to_start(home: Path) -> None:
     env["PATH"] = os.environ.get("PATH", "")
     done = subprocess.run(
         [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", "0.0.0.0", "--port", str(port)],
-        env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode != 0
     assert "MCP_RL_TOKEN" in done.stderr and "0.0.0.0" in done.stderr
@@ -226,7 +233,7 @@ def test_wildcard_bind_without_allow_list_refuses_to_start(home: Path) -> None:
     env["PATH"] = os.environ.get("PATH", "")
     done = subprocess.run(
         [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", "0.0.0.0", "--port", str(port)],
-        env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode != 0 and "MCP_RL_ALLOWED_HOSTS" in done.stderr
     assert TOKEN not in done.stderr + done.stdout
@@ -303,21 +310,26 @@ def test_token_is_enforced(home: Path) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_mcp_client_with_token(home: Path, mode: str) -> None:
-    from mcp import Client
+    from mcp import Client, MCPError
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     with http_server(home, token=TOKEN) as server:
         url = server.url()
-        async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as client_http:
-            async with Client(streamable_http_client(url, http_client=client_http), mode=mode) as client:
-                tools = {t.name for t in (await client.list_tools()).tools}
-                assert {"rl_list_environments", "rl_select_environment"} <= tools
-                result = await client.call_tool("rl_list_environments", {})
-                assert not result.is_error
-                assert any(p.endswith("bundled") for p in result.structured_content["searched"])
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as client_http,
+            Client(streamable_http_client(url, http_client=client_http), mode=mode) as client,
+        ):
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert {"rl_list_environments", "rl_select_environment"} <= tools
+            result = await client.call_tool("rl_list_environments", {})
+            assert not result.is_error
+            assert any(p.endswith("bundled") for p in result.structured_content["searched"])
 
-        async with create_mcp_http_client(headers={"Authorization": "Bearer wrong"}) as client_http:
-            with pytest.raises(Exception):
-                async with Client(streamable_http_client(url, http_client=client_http), mode=mode) as client:
-                    await client.list_tools()
+        with pytest.raises(ExceptionGroup) as refused:  # the client's task group carries the error
+            async with (
+                create_mcp_http_client(headers={"Authorization": "Bearer wrong"}) as client_http,
+                Client(streamable_http_client(url, http_client=client_http), mode=mode) as client,
+            ):
+                await client.list_tools()
+        assert refused.group_contains(MCPError)
