@@ -377,12 +377,36 @@ def _validate_field(spec: FieldSpec, value: Any) -> Any:
             continue
         errors = sorted(validator.iter_errors(candidate), key=lambda e: e.path)
         if not errors:
-            return candidate
+            return _as_int_if_meant(spec.json_schema, candidate)
         last_error = clip_message(errors[0].message, 300)
     if isinstance(value, str) and not _finite(_float_or_none(value)):
         last_error = "not a finite number (NaN and infinity are refused)"  # 'inf', 'NaN', 'Infinity'
     expected = spec.type or spec.json_schema.get("type", "?")
     raise UserError(f"Invalid value {clip(value)} for {spec.name} (type {expected}): {last_error}. Nothing was changed.")
+
+
+def _as_int_if_meant(schema: dict[str, Any], value: Any) -> Any:
+    """A whole float (3.0, 1e63) for a field that takes integers and no other numbers, as the integer.
+
+    JSON schema counts 3.0 as an integer, but the config class may not parse it (pydantic refuses
+    floats beyond 64 bits), and run.yaml should hold what the field's type says."""
+    if isinstance(value, float) and value.is_integer():
+        types = _schema_types(schema)
+        if "integer" in types and "number" not in types:
+            return int(value)
+    return value
+
+
+def _schema_types(schema: Any) -> set[str]:
+    """Every `type` named in a field's schema, through anyOf/oneOf/allOf."""
+    if not isinstance(schema, dict):
+        return set()
+    kind = schema.get("type")
+    types = set(kind) if isinstance(kind, list) else {kind} if isinstance(kind, str) else set()
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or []:
+            types |= _schema_types(sub)
+    return types
 
 
 def _float_or_none(text: str) -> float | None:

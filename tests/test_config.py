@@ -309,3 +309,10 @@ def test_a_run_starts_from_a_session_with_bad_options_using_the_defaults(setting
     _write_session(settings, data)
     run = config.build_run_config(settings, store.read(), _spec(), "r1")
     assert run.trainer.num_steps == 30 and run.trainer.lora_rank == 8 and run.trainer.batch_size == 8
+
+
+def test_a_whole_float_for_an_integer_field_is_stored_as_the_integer(settings, store):
+    # JSON schema counts 1e19 as an integer; the config class would refuse the float (beyond 64 bits).
+    assert config.edit_config(settings, store, _spec(), "max_operand", 1e19).value == 10**19
+    assert json.loads(settings.session_file.read_text())["edits"]["max_operand"] == 10**19
+    assert isinstance(config.edit_config(settings, store, _spec(), "temperature", 2.0).value, float)

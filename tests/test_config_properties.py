@@ -43,6 +43,7 @@ VALUES = st.one_of(
     st.integers(),
     st.floats(allow_nan=True, allow_infinity=True),
     st.floats(min_value=0, max_value=2),
+    st.integers(min_value=-(10**70), max_value=10**70).map(float),  # whole floats: 3.0, 1e63
     st.booleans(),
     st.none(),
     st.sampled_from(TRICKY_STRINGS),
@@ -112,11 +113,14 @@ def test_any_accepted_value_round_trips_and_any_refused_value_changes_nothing(
     fields.remove("base_model")  # a local folder path: checked against the disk, not a type
     check = lambda values: errors_of(config_cls, values, list(values))  # noqa: E731 - the child's own logic
     outcomes = {"accepted": 0, "refused": 0}
+    initial = settings.session_file.read_bytes()
 
     @hsettings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(field=st.sampled_from(fields), value=VALUES)
     def edit(field: str, value: Any) -> None:
-        before = settings.session_file.read_bytes()
+        # Each example starts from the same session, so a failure replays (and shrinks) exactly.
+        settings.session_file.write_bytes(initial)
+        before = initial
         try:
             result = config.edit_config(settings, store, spec, field, value, whole_config_check=check)
         except UserError as exc:
