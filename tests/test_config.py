@@ -316,3 +316,12 @@ def test_a_whole_float_for_an_integer_field_is_stored_as_the_integer(settings, s
     assert config.edit_config(settings, store, _spec(), "max_operand", 1e19).value == 10**19
     assert json.loads(settings.session_file.read_text())["edits"]["max_operand"] == 10**19
     assert isinstance(config.edit_config(settings, store, _spec(), "temperature", 2.0).value, float)
+
+
+def test_reselecting_drops_a_bad_stored_option(settings, store):
+    data = json.loads(settings.session_file.read_text())
+    data["run_options"] = {"lora_rank": -3, "total_steps": 5}
+    _write_session(settings, data)
+    env = EnvironmentService(settings).get("arithmetic")
+    config.select_environment(store, env)
+    assert json.loads(settings.session_file.read_text())["run_options"] == {"total_steps": 5}

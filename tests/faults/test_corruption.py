@@ -178,6 +178,10 @@ async def test_each_state_file_damaged_each_way(settings: Settings, name: str, w
         answers["rl_get_results"] = (error, text)
         error, other, text = await _call(client, "rl_get_results", {"run_id": OTHER_RUN, "include_plot": False})
         answers["rl_get_results other"] = (error, text)
+        for tool, args in (("rl_read_log", {"run_id": DAMAGED_RUN}),
+                           ("rl_wait_for_run", {"run_id": DAMAGED_RUN, "timeout_s": 1})):
+            error, _, text = await _call(client, tool, args)
+            answers[tool] = (error, text)
         error, current, text = await _call(client, "rl_get_current_config")
         answers["rl_get_current_config"] = (error, text)
         error, _, text = await _call(client, "rl_edit_config", {"field": "max_count", "value": 43})
