@@ -39,6 +39,7 @@ BUSY_TIMEOUT_MS = 10_000
 # SQLite's result codes for a file that is not (or no longer) a sound database.
 _DAMAGED_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 T = TypeVar("T")
+_LOGGED_NOTES: set[str] = set()
 M = TypeVar("M", bound=BaseModel)
 
 _SCHEMA = """
@@ -254,7 +255,10 @@ class Registry:
             return db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
 
     def _note(self, text: str) -> None:
-        log.warning("%s", text)
+        # Once per process: the run watcher lists runs every second, a bad row would flood the log.
+        if text not in _LOGGED_NOTES and len(_LOGGED_NOTES) < 1000:
+            _LOGGED_NOTES.add(text)
+            log.warning("%s", text)
         self.notes.append(text)
 
     def _unusable(self, exc: sqlite3.Error) -> UserError:
