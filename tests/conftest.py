@@ -79,7 +79,7 @@ def make_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def _default_model_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def default_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded default model, converted once per test session into a temporary home.
 
     A developer may point MCP_RL_MODEL at a converted folder to skip the conversion (~20 s).
@@ -94,10 +94,10 @@ def _default_model_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def model_dir(_default_model_session: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def model_dir(default_model: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Opt in to the real model: MCP_RL_MODEL names it for this test and its children."""
-    monkeypatch.setenv("MCP_RL_MODEL", str(_default_model_session))
-    yield _default_model_session
+    monkeypatch.setenv("MCP_RL_MODEL", str(default_model))
+    yield default_model
 
 
 @pytest.fixture

@@ -45,11 +45,11 @@ class RaisingGuessEnv:
 
 
 @pytest.fixture(scope="module")
-def policy_url():
+def policy_url(default_model: Path):
     from mcp_rl.trainer.backends.local import LocalBackend
     from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 
-    backend = LocalBackend(Path(os.environ["MCP_RL_MODEL"]), train=False)
+    backend = LocalBackend(default_model, train=False)
     (port,) = allocate_ports(1)
     server = ServerThread(build_app(InferenceService(backend)), "127.0.0.1", port)
     server.start()

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, default_model: Path) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("model")
     port = free_port()
-    proc = start("model", [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", os.environ["MCP_RL_MODEL"],
+    proc = start("model", [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(default_model),
                            "--port", str(port)], tmp / "model.log", child_env(tmp), tmp)
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", [proc])

@@ -18,10 +18,10 @@ TURN_2 = "At turn 1, you guessed 5, and the target number is higher than 5.\n"
 
 
 @pytest.fixture(scope="module")
-def backend(_default_model_session: Path):
+def backend(default_model: Path):
     from mcp_rl.trainer.backends.local import LocalBackend
 
-    return LocalBackend(_default_model_session, lora_rank=4)
+    return LocalBackend(default_model, lora_rank=4)
 
 
 def tokens(backend, text: str) -> list[int]:
