@@ -524,7 +524,7 @@ def edit_config(
         field_spec = spec.field(field)
         if field_spec is None:
             editable = [f.name for f in spec.fields if f.name not in locked.env] + list(RUN_OPTION_NAMES)
-            close = difflib.get_close_matches(field, editable, n=3, cutoff=0.5)
+            close = difflib.get_close_matches(field, editable, n=3, cutoff=0.5) if len(field) <= 200 else []
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise NotFound(
                 f"Unknown field {clip(field)} for {session.environment.name}.{hint} "
@@ -592,10 +592,11 @@ def select_environment(store: SessionStore, env: EnvironmentInfo) -> Session:
 
 
 def unknown_environment(name: str, available: list[str]) -> NotFound:
-    close = difflib.get_close_matches(name, available, n=1, cutoff=0.4)
+    # A name far longer than any environment's matches none (and would make difflib slow).
+    close = difflib.get_close_matches(name, available, n=1, cutoff=0.4) if len(name) <= 200 else []
     hint = f" Closest match: {close[0]!r}." if close else ""
     listing = ", ".join(available) if available else "(none found; check MCP_RL_ENV_PATHS)"
-    return NotFound(f"Unknown environment {name!r}.{hint} Available: {listing}.")
+    return NotFound(f"Unknown environment {clip(name)}.{hint} Available: {listing}.")
 
 
 # --- rendering run.yaml ---------------------------------------------------------------------

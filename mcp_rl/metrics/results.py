@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import NotFound, clip_message
+from mcp_rl.errors import NotFound, clip, clip_message
 from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import DEFAULT_DEADLINE_S, WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
@@ -80,7 +80,7 @@ def _registry_record(settings: Settings, run_id: str) -> Any:
 
 
 def _unknown(run_id: str) -> NotFound:
-    return NotFound(f"Unknown run_id {run_id!r}; call rl_list_runs to see the runs there are.")
+    return NotFound(f"Unknown run_id {clip(run_id)}; call rl_list_runs to see the runs there are.")
 
 
 def wandb_query(settings: Settings, run_id: str, config: RunConfig | None) -> WandbQuery:

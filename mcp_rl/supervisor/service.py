@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from mcp_rl import processes
-from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError
+from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
 from mcp_rl.metrics import store
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
@@ -69,7 +69,7 @@ STOP_ANSWER_MARGIN_S = 3.0
 def _get_run(registry: Registry, run_id: str) -> RunRecord:
     run = registry.get_run(run_id) if _RUN_ID.match(run_id or "") else None
     if run is None:
-        raise NotFound(f"Unknown run_id {run_id!r}. Call rl_list_runs to see the runs that exist.")
+        raise NotFound(f"Unknown run_id {clip(run_id)}. Call rl_list_runs to see the runs that exist.")
     return run
 
 
