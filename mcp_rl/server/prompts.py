@@ -44,23 +44,33 @@ def _smoke_test_line(state: AppState) -> str:
     return "Without OPENROUTER_API_KEY, rl_test_inference tests the embedded local model (free, on this machine)."
 
 
-def _known_runs(state: AppState) -> set[str] | None:
-    """The run ids on record, or None when there is no registry yet."""
-    if not state.settings.state_db.exists():
-        return None
-    from mcp_rl.supervisor.registry import Registry
-
-    return {r.run_id for r in Registry(state.settings.state_db).list_runs()}
+CAUSE_CHARS = 300  # a cause is quoted in a prompt only as a pointer; the tools give all of it
 
 
-def _check_runs(state: AppState, run_ids: list[str]) -> None:
-    known = _known_runs(state) or set()
-    unknown = [r for r in run_ids if r not in known]
+def _recorded_runs(state: AppState, run_ids: list[str]) -> list[str]:
+    """One line per run as the registry has it (cheap: no reconcile, no files read).
+
+    Raises:
+        MCPError: an id the registry does not know.
+    """
+    records = {}
+    if state.settings.state_db.exists():
+        from mcp_rl.supervisor.registry import Registry
+
+        records = {r.run_id: r for r in Registry(state.settings.state_db).list_runs()}
+    unknown = [r for r in run_ids if r not in records]
     if unknown:
         raise MCPError(
             INVALID_PARAMS,
             f"Unknown run id(s): {', '.join(unknown)}. Call rl_list_runs (or read rl://runs) for the ids on this server.",
         )
+    lines = []
+    for run_id in run_ids:
+        run = records[run_id]
+        cause = " ".join((run.cause or "").split())
+        cause = f"; cause: {cause[:CAUSE_CHARS]}{'...' if len(cause) > CAUSE_CHARS else ''}" if cause else ""
+        lines.append(f"- {run_id}: {run.state.value}, environment {run.environment}, backend {run.backend}{cause}")
+    return lines
 
 
 def _split(values: str | None) -> list[str]:
@@ -105,9 +115,12 @@ rl_get_results(run_id): report the first, final and best reward (and accuracy), 
 (a tinker:// URL or a local folder) and the W&B run, and say in one sentence whether the run is worth keeping."""
 
 
-def diagnose_run_text(run_id: str) -> str:
+def diagnose_run_text(run_id: str, recorded: list[str]) -> str:
     return f"""Diagnose training run {run_id} with the mcp-rl tools and tell the person what went wrong \
 (or that nothing did) and how to fix it.
+
+As recorded when this prompt was made (rl_check_status refreshes it):
+{chr(10).join(recorded)}
 
 1. Call rl_check_status('{run_id}'): the state, each process's status, the cause if it failed, the latest \
 metrics (step, reward mean, loss) and the log resources. If the answer is rate_limited, read \
@@ -135,11 +148,14 @@ setting, a larger model, or check the scoring with rl_test_inference;
 start one without the person's yes."""
 
 
-def compare_runs_text(run_ids: list[str]) -> str:
+def compare_runs_text(run_ids: list[str], recorded: list[str]) -> str:
     calls = ", ".join(f"rl_get_results('{r}', include_plot=false)" for r in run_ids)
     configs = ", ".join(f"rl://runs/{r}/config" for r in run_ids)
     return f"""Compare the training runs {', '.join(run_ids)} with the mcp-rl tools and tell the person which \
 is best and why.
+
+As recorded when this prompt was made:
+{chr(10).join(recorded)}
 
 1. Get each run's results: {calls}. Note each run's state; a run still going is compared as it is now, say so.
 2. Read the configs the runs used ({configs}) and list only the settings that differ (environment, base model, \
@@ -213,8 +229,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     def diagnose_run(run_id: RunIdArg) -> str:
         run_id = run_id.strip()
-        _check_runs(state, [run_id])
-        return diagnose_run_text(run_id)
+        return diagnose_run_text(run_id, _recorded_runs(state, [run_id]))
 
     @mcp.prompt(
         title="Compare training runs",
@@ -228,8 +243,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             raise MCPError(
                 INVALID_PARAMS, f"Give 2 to {MAX_COMPARED_RUNS} different run ids separated by commas (got {len(ids)})."
             )
-        _check_runs(state, ids)
-        return compare_runs_text(ids)
+        return compare_runs_text(ids, _recorded_runs(state, ids))
 
     @mcp.prompt(
         title="Smoke-test an environment across models",

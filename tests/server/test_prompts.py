@@ -11,7 +11,10 @@ import pytest
 from mcp import Client, MCPError
 
 from mcp_rl.server import build_server
+from mcp_rl.server.prompts import CAUSE_CHARS
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor import service
+from mcp_rl.supervisor.states import RunState
 from tests.conftest import make_env
 from tests.server.conftest import record_run
 
@@ -100,13 +103,21 @@ async def test_train_environment_walks_the_whole_workflow_in_order(settings, mod
 async def test_diagnose_and_compare_use_the_run_ids(settings, mode) -> None:
     record_run(settings, "aaa11111")
     record_run(settings, "bbb22222")
+    service.registry_for(settings).transition(
+        "aaa11111", RunState.FAILED, "trainer exited with 1:\n" + "x" * (CAUSE_CHARS + 50)
+    )
     async with Client(build_server(settings), mode=mode) as client:
         text = await text_of(client, "diagnose_run", {"run_id": " aaa11111 "})
         assert "rl_check_status('aaa11111')" in text and "rl://runs/aaa11111/logs/trainer" in text
+        assert "- aaa11111: failed, environment arithmetic, backend local; cause: trainer exited with 1: " in text
+        (line,) = [line for line in text.splitlines() if line.startswith("- aaa11111: ")]
+        cause = line.split("; cause: ", 1)[1]
+        assert len(cause) == CAUSE_CHARS + 3 and cause.endswith("x...")  # a pointer, cut; one line
         text = await text_of(client, "compare_runs", {"run_ids": "aaa11111,bbb22222,aaa11111"})
         assert "rl_get_results('aaa11111', include_plot=false)" in text
         assert "rl_get_results('bbb22222', include_plot=false)" in text
         assert text.count("rl_get_results('aaa11111'") == 1  # a repeated id is compared once
+        assert "- bbb22222: starting, environment arithmetic, backend local\n" in text
 
 
 @pytest.mark.parametrize(
