@@ -304,7 +304,10 @@ def stop(
     _signal(list(procs.values()), group, (signal.SIGTERM, signal.SIGCONT))
     alive = _wait(list(procs.values()), grace_s, codes)
     if alive:
-        _signal(alive, group, (signal.SIGKILL,))
+        # The group as a whole only while its (proven) leader still runs: an emptied group's id
+        # could in principle be someone else's by now.
+        still_led = group is not None and leader is not None and leader.is_running()
+        _signal(alive, group if still_led else None, (signal.SIGKILL,))
         alive = _wait(alive, kill_wait_s, codes)
     still = [p.pid for p in alive]
     note = f"pids {still} still alive {kill_wait_s:g} s after SIGKILL" if still else ""
