@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mcp_rl.environments.config_check import check_whole_config
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
+from mcp_rl.environments.introspect_worker import IntrospectionWorker
 from mcp_rl.errors import NotFound, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
 from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings, write_text_atomic
@@ -476,12 +477,14 @@ def edit_config(
     field: str,
     value: Any,
     whole_config_check: WholeConfigCheck | None = None,
+    worker: IntrospectionWorker | None = None,
 ) -> EditResult:
     """Validate one edit and persist it; on any error nothing changes.
 
     Each field is checked against its JSON schema here, then the whole resulting config by the
     config class's own validators (which a schema cannot express), in a child process unless
-    introspection found none; `whole_config_check` replaces that child (tests).
+    introspection found none (a fork of the server's warm introspection `worker` when there is
+    one); `whole_config_check` replaces that child (tests).
     """
 
     result: dict[str, EditResult] = {}
@@ -538,7 +541,7 @@ def edit_config(
         edits = {**edits, field: checked}
         if spec.has_validators is not False:
             env = session.environment
-            check = whole_config_check or (lambda values: check_whole_config(settings, env, values, list(edits)))
+            check = whole_config_check or (lambda values: check_whole_config(settings, env, values, list(edits), worker))
             _check_whole_config(check, spec, edits, field, value)
         result["r"] = EditResult(
             message=f"{field} set to {clip(checked)} (was {clip(previous)}).",

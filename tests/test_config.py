@@ -325,3 +325,24 @@ def test_reselecting_drops_a_bad_stored_option(settings, store):
     env = EnvironmentService(settings).get("arithmetic")
     config.select_environment(store, env)
     assert json.loads(settings.session_file.read_text())["run_options"] == {"total_steps": 5}
+
+
+def test_the_arithmetic_config_class_refuses_min_above_max_at_edit_time(home: Path):
+    # The real check: a fork of the warm introspection worker (the server's way), then a one-shot
+    # child (no worker). Both run ArithmeticEnvConfig's own model validator on the merged config.
+    settings = Settings.from_env(make_env(home, MCP_RL_INTROSPECT_WORKER_IDLE="60"))
+    svc = EnvironmentService(settings)
+    try:
+        svc.select("arithmetic")
+        before = settings.session_file.read_bytes()
+        with pytest.raises(UserError, match=r"min_operand \(20\) must not exceed max_operand \(9\).*Nothing was changed"):
+            svc.edit("min_operand", 20)
+        assert settings.session_file.read_bytes() == before
+        svc.edit("max_operand", 30)
+        assert svc.edit("min_operand", 20).value == 20
+    finally:
+        svc.close()
+    one_shot = EnvironmentService(Settings.from_env(make_env(home)))
+    assert one_shot.worker is None
+    with pytest.raises(UserError, match=r"min_operand \(31\) must not exceed max_operand \(30\)"):
+        one_shot.edit("min_operand", 31)

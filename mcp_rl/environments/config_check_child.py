@@ -65,6 +65,17 @@ def check(file_path: Path, class_name: str, project_root: Path, values: dict[str
     return {"has_validators": has_validators(cls), "errors": errors_of(cls, values, edited)}
 
 
+def answer_check(request: dict[str, Any]) -> dict[str, Any]:
+    """A check request of the introspection worker (`request["check"]`: values, edited), as data."""
+    try:
+        check_request = request["check"]
+        result = check(Path(request["file"]), request["class_name"], Path(request["project_root"]),
+                       check_request["values"], check_request["edited"])
+        return {"ok": True, "check": result}
+    except Exception as exc:  # any failure of the environment's code is reported, not fatal
+        return {"ok": False, "failure": {"kind": "error", "module": None, "message": f"{type(exc).__name__}: {exc}"}}
+
+
 def main(argv: list[str]) -> int:
     file_path, class_name, project_root, values_file = Path(argv[0]), argv[1], Path(argv[2]), Path(argv[3])
     request = json.loads(values_file.read_text(encoding="utf-8"))

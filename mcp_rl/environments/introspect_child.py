@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.environments.child import child_main
-from mcp_rl.environments.config_check_child import has_validators
+from mcp_rl.environments.config_check_child import answer_check, has_validators
 
 # Lines of the child's own output (its log) returned with a failure.
 LOG_TAIL_LINES = 15
@@ -232,7 +232,10 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
             os.dup2(null_fd, 0)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
-            answer = _answer(Path(request["file"]), request["class_name"], Path(request["project_root"]))
+            if "check" in request:  # a whole-config check (config_check) rather than a description
+                answer = answer_check(request)
+            else:
+                answer = _answer(Path(request["file"]), request["class_name"], Path(request["project_root"]))
             data = json.dumps(answer).encode()
             with os.fdopen(write_fd, "wb") as out:
                 out.write(data)

@@ -89,9 +89,12 @@ class IntrospectionWorker:
         self._buffer = b""
         return self._proc
 
-    def request(self, file_path: Path, class_name: str, project_root: Path, timeout_s: float) -> dict[str, Any]:
+    def request(
+        self, file_path: Path, class_name: str, project_root: Path, timeout_s: float, check: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """One environment described by a forked child, within `timeout_s` in all (warm-up
-        included). Returns the child's answer (`ok`, `spec` | `failure` | `timeout`)."""
+        included). Returns the child's answer (`ok`, `spec` | `failure` | `timeout`). With
+        `check` ({"values", "edited"}), the child validates a whole config instead (`ok`, `check`)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             proc = self._ensure_started()
@@ -108,6 +111,8 @@ class IntrospectionWorker:
                     "timeout_s": max(0.1, deadline - time.monotonic()),
                     "log": str(self.folder / "request.log"),
                 }
+                if check is not None:
+                    request["check"] = check
                 assert proc.stdin is not None
                 proc.stdin.write(json.dumps(request).encode() + b"\n")
                 proc.stdin.flush()

@@ -169,7 +169,7 @@ class EnvironmentService:
     def edit(self, field: str, value: Any) -> config.EditResult:
         session, spec = self.selected()
         gem_id = self._gem_env_id_edit(session, field, value)
-        result = config.edit_config(self.settings, self.store, spec, field, value)
+        result = config.edit_config(self.settings, self.store, spec, field, value, worker=self.worker)
         if gem_id is not None:
             # The session is named after the GEM id it trains, so status and runs say which.
             def rename(s: config.Session) -> config.Session:
