@@ -61,6 +61,11 @@ class IntrospectionWorker:
     def folder(self) -> Path:
         return self.settings.cache_dir / "introspect"
 
+    @property
+    def _request_log(self) -> Path:
+        # Per server process: two servers sharing a state dir must not mix their log tails.
+        return self.folder / f"request-{os.getpid()}.log"
+
     def start(self) -> None:
         """Start the worker if it is not running (returns at once; it warms up by itself)."""
         with self._lock:
@@ -109,7 +114,7 @@ class IntrospectionWorker:
                     "class_name": class_name,
                     "project_root": str(project_root),
                     "timeout_s": max(0.1, deadline - time.monotonic()),
-                    "log": str(self.folder / "request.log"),
+                    "log": str(self._request_log),
                 }
                 if check is not None:
                     request["check"] = check
@@ -175,6 +180,7 @@ class IntrospectionWorker:
         proc = self._proc
         if proc is not None:
             self._stop(proc)
+        self._request_log.unlink(missing_ok=True)
 
     @property
     def pid(self) -> int | None:
