@@ -65,7 +65,8 @@ class EnvironmentService:
         try:
             await anyio.sleep_forever()
         finally:
-            await anyio.to_thread.run_sync(self.close)
+            with anyio.CancelScope(shield=True):  # we get here by cancellation: shield the stop
+                await anyio.to_thread.run_sync(self.close)
 
     def gem(self) -> GemCatalog:
         """GEM's registered environments (read once per server; cached on disk per version)."""

@@ -243,3 +243,30 @@ def test_runner_fallback_config_fills_required_fields_from_the_run_values():
     assert isinstance(config, Needs) and config.judge_url == "http://x" and config.group_size == 2
     # Atropos's CLI builds its flags from the class: the required field now has a default.
     assert not type(config).model_fields["judge_url"].is_required()
+
+
+def _workers_of(home: Path) -> list[int]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if "--worker" in (proc.info["cmdline"] or []) and proc.environ().get("MCP_RL_HOME") == str(home):
+                found.append(proc.info["pid"])
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.anyio
+async def test_the_server_stops_its_worker_when_it_stops(home: Path):
+    from mcp import Client
+
+    from mcp_rl.server import build_server
+
+    server = build_server(Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=str(ENVS), **WORKER_ON)))
+    async with Client(server) as client:
+        listed = await client.call_tool("rl_list_environments", {})
+        assert not listed.is_error
+        assert len(_workers_of(home)) == 1  # started by the listing, warming up for a select
+    assert _workers_of(home) == []
