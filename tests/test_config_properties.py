@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from mcp_rl import config
@@ -111,7 +112,7 @@ def test_any_accepted_value_round_trips_and_any_refused_value_changes_nothing(
     locked = config.locked_fields("local").env
     fields = sorted([f.name for f in spec.fields if f.name not in locked] + list(config.RUN_OPTION_NAMES))
     fields.remove("base_model")  # a local folder path: checked against the disk, not a type
-    check = lambda values: errors_of(config_cls, values, list(values))  # noqa: E731 - the child's own logic
+    check = lambda values: errors_of(config_cls, values, list(values))
     outcomes = {"accepted": 0, "refused": 0}
     initial = settings.session_file.read_bytes()
 

@@ -21,7 +21,6 @@ from mcp_rl.errors import UserError
 from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
 from mcp_rl.settings import Settings
 
-
 # has_validators by _key, for this process (tests and a long-lived server ask once per file).
 _KNOWN: dict[str, bool] = {}
 

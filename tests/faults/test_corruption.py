@@ -13,23 +13,22 @@ Fast tier: no model, no training; runs are written in the trainer's file formats
 from __future__ import annotations
 
 import json
-import multiprocessing
+import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client, MCPError
 
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import service
-from tests.conftest import FIXTURES, REPO, make_env
+from tests.conftest import FIXTURES, REPO, make_env, stdio_params
 from tests.metrics.rundirs import write_run
 
 pytestmark = pytest.mark.anyio
@@ -210,7 +209,7 @@ async def test_each_state_file_damaged_each_way(settings: Settings, name: str, w
             assert results["steps_completed"] == 4, results
         if name != "checkpoints.jsonl":
             assert results["weights"]["sampler_weights"], results
-        if name in RUN_FILES and way not in ("truncated", "empty") and not (name == "run.yaml"):
+        if name in RUN_FILES and way not in ("truncated", "empty") and name != "run.yaml":
             assert results["notes"] or status["notes"], f"{name} {way}: the damage is not mentioned"
     # The session's tools either work (the damage was repaired, with a note) or say what to do.
     if name == "session.json":
@@ -222,30 +221,33 @@ async def test_each_state_file_damaged_each_way(settings: Settings, name: str, w
 
 
 # --- several processes on one damaged home ---------------------------------------------------
-def _list_in_process(home: str, out: Any) -> None:
-    runs = service.list_runs(Settings.from_env(make_env(Path(home))))
-    out.put(sorted(r.run_id for r in runs.runs))
+async def test_two_servers_and_the_cli_on_one_damaged_state_db_repair_it_once(settings: Settings) -> None:
+    garbage = b"garbage, not a database" * 100
+    settings.state_db.write_bytes(garbage)
+    listed: list[list[str]] = []
 
+    async def server() -> None:  # the real server over stdio; its start-up reconciles too
+        async with Client(stdio_params(settings.home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"))) as client:
+            result = await client.call_tool("rl_list_runs", {})
+            assert not result.is_error, result.content[0].text
+            listed.append(sorted(r["run_id"] for r in result.structured_content["runs"]))
 
-def test_two_servers_and_the_cli_on_one_damaged_state_db_repair_it_once(settings: Settings) -> None:
-    settings.state_db.write_bytes(b"garbage, not a database" * 100)
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    servers = [ctx.Process(target=_list_in_process, args=(str(settings.home), out)) for _ in range(2)]
-    for proc in servers:
-        proc.start()
-    cli = subprocess.run(
-        [sys.executable, "-m", "mcp_rl", "runs", "list", "--json"],
-        env={**_env(settings.home), "PATH": ""}, cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
-    for proc in servers:
-        proc.join(120)
-        assert proc.exitcode == 0
-    assert cli.returncode == 0, cli.stderr
-    assert sorted(r["run_id"] for r in json.loads(cli.stdout)["runs"]) == [DAMAGED_RUN, OTHER_RUN]
-    assert [out.get(timeout=5) for _ in servers] == [[DAMAGED_RUN, OTHER_RUN]] * 2
+    async def cli() -> None:
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_rl", "runs", "list", "--json"],
+            env={**_env(settings.home), "PATH": os.environ.get("PATH", "")}, cwd=REPO, check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        listed.append(sorted(r["run_id"] for r in json.loads(done.stdout)["runs"]))
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(server)
+            tasks.start_soon(server)
+            tasks.start_soon(cli)
+    assert listed == [[DAMAGED_RUN, OTHER_RUN]] * 3
     kept = [p for p in settings.home.glob("state.damaged-*") if not p.name.endswith(("-wal", "-shm"))]
-    assert len(kept) == 1 and kept[0].read_bytes() == b"garbage, not a database" * 100
+    assert len(kept) == 1 and kept[0].read_bytes() == garbage
 
 
 # --- huge inputs (issue 18 item 8) -----------------------------------------------------------
