@@ -17,6 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.errors import DamagedState, clip_message
+from mcp_rl.rundir import (
+    RunPaths,  # the run folder's own module; re-exported here for run.yaml's readers
+)
 
 Backend = Literal["local", "tinker"]
 
@@ -77,29 +80,6 @@ class TrainerSettings(BaseModel):
     seed: int = 0
     resume: bool = True
     wandb: WandbSettings = WandbSettings()
-
-
-class RunPaths(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    run_dir: Path
-    logs_dir: Path
-    metrics: Path  # one JSON object per trainer step
-    checkpoints_dir: Path
-    checkpoints_index: Path  # checkpoints.jsonl: one line per saved checkpoint
-    trainer_status: Path  # trainer_status.json: phase, step, heartbeat time, final weights
-
-    @classmethod
-    def for_run(cls, run_dir: Path) -> RunPaths:
-        run_dir = run_dir.resolve()
-        return cls(
-            run_dir=run_dir,
-            logs_dir=run_dir / "logs",
-            metrics=run_dir / "metrics.jsonl",
-            checkpoints_dir=run_dir / "checkpoints",
-            checkpoints_index=run_dir / "checkpoints.jsonl",
-            trainer_status=run_dir / "trainer_status.json",
-        )
 
 
 class RunConfig(BaseModel):

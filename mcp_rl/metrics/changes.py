@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp_rl.metrics.store import ENV_METRICS_FILE, METRICS_FILE
+from mcp_rl.rundir import ENV_METRICS_FILE, METRICS_FILE
 from mcp_rl.settings import Settings
 
 RUNS_URI = "rl://runs"

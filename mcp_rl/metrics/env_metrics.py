@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.metrics.store import ENV_METRICS_FILE
+from mcp_rl.rundir import ENV_METRICS_FILE
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ the local record lacks. Nothing here fails because of W&B.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,11 @@ from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import DEFAULT_DEADLINE_S, WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
 from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import RUN_FILE, TrainerPhase, is_run_id
 from mcp_rl.settings import Settings
 
 # How long a W&B answer is reused: look-ups cost seconds, and W&B lags the local files anyway.
 WANDB_CACHE_TTL_S = 60.0
-# The run ids the supervisor hands out (and nothing that could walk out of runs/).
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class WandbSummary(BaseModel):
@@ -46,7 +44,7 @@ class RunResults(BaseModel):
     cause: str | None = Field(None, description="Why the run ended or failed, when recorded.")
     environment: str | None = None
     backend: str | None = None
-    trainer_phase: str | None = None
+    trainer_phase: TrainerPhase | None = Field(None, description="What the trainer was last doing (trainer_status.json).")
     steps_completed: int = Field(0, description="Last trainer step with metrics.")
     num_steps: int | None = Field(None, description="Steps the run was configured for.")
     metrics: dict[str, MetricSummary] = Field(
@@ -122,17 +120,17 @@ async def get_results(
 
 def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQuery]:
     """Everything the run's own files say (blocking file reads), and where W&B would be."""
-    if not _RUN_ID.match(run_id or ""):
+    if not is_run_id(run_id):
         raise _unknown(run_id)
     record = _registry_record(settings, run_id)
     run_dir = Path(record.run_dir) if record is not None else run_dir_of(settings, run_id)
-    if record is None and not (run_dir / "run.yaml").exists():
+    if record is None and not (run_dir / RUN_FILE).exists():
         raise _unknown(run_id)
 
     notes: list[str] = []
     config = None
     try:
-        config = RunConfig.load(run_dir / "run.yaml")
+        config = RunConfig.load(run_dir / RUN_FILE)
     except FileNotFoundError:
         notes.append("run.yaml is missing from the run directory.")
     except Exception as exc:  # a run from an older or newer mcp-rl, or damaged: answer with what we have

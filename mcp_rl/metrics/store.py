@@ -12,94 +12,35 @@ Nothing here imports anything heavy.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field
 
-# The files of a run dir that this module reads (written by the trainer / env capture).
-METRICS_FILE = "metrics.jsonl"
-ENV_METRICS_FILE = "env_metrics.jsonl"
-CHECKPOINTS_FILE = "checkpoints.jsonl"
-TRAINER_STATUS_FILE = "trainer_status.json"
+from mcp_rl import rundir
+from mcp_rl.rundir import (
+    BOOKKEEPING_KEYS,
+    CHECKPOINTS_FILE,
+    ENV_METRICS_FILE,
+    LOSS_KEY,
+    METRICS_FILE,
+    PERCENT_CORRECT_KEY,
+    REWARD_KEY,
+    STEP_KEY,
+    TIME_KEY,
+    TRAINER_STATUS_FILE,
+    CheckpointRecord,
+    TrainerStatus,
+    read_jsonl,
+    unreadable,
+)
 
-REWARD_KEY = "reward/mean"
-LOSS_KEY = "train/loss"
-# Keys not worth a summary: bookkeeping, not a measure of the model.
-_NOT_METRICS = frozenset({"step", "time", "tokens", "time/step_seconds"})
 # At most this many history points, whatever the run length.
 MAX_HISTORY_POINTS = 50
 
 Goal = Literal["max", "min"]
-
-
-class JsonlRead(BaseModel):
-    """Rows of a JSONL file, plus how many lines were skipped and why."""
-
-    rows: list[dict[str, Any]] = []
-    bad_lines: int = 0
-    partial_tail: bool = False
-    # Why the file could not be read at all (a directory, no permission), in words.
-    error: str | None = None
-
-
-def unreadable(path: Path, exc: OSError) -> str:
-    """What is wrong with a run file that cannot be opened, and what to do about it."""
-    what = "is a directory, not a file" if path.is_dir() else f"cannot be read ({exc.strerror or exc})"
-    return f"{path.name} {what}; its data is not shown. Move it aside (e.g. to {path.name}.damaged) to let the run write a new one."
-
-
-def read_jsonl(path: Path) -> JsonlRead:
-    """Every complete JSON object line of `path` (missing file: no rows)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return JsonlRead()
-    except OSError as exc:
-        return JsonlRead(error=unreadable(path, exc))
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    # Everything after the last newline is a line still being written, unless it parses.
-    tail = lines.pop()
-    body = [line for line in lines if line.strip()]
-    result = JsonlRead(rows=_parse_all(body))
-    if len(result.rows) != len(body):
-        result.rows = []
-        for raw in body:
-            row = _parse(raw)
-            if row is None:
-                result.bad_lines += 1
-            else:
-                result.rows.append(row)
-    if tail.strip():
-        row = _parse(tail)
-        if row is None:
-            result.partial_tail = True
-        else:
-            result.rows.append(row)
-    return result
-
-
-def _parse_all(lines: list[str]) -> list[dict[str, Any]]:
-    """All lines as one JSON array (twice as fast as line by line); [] if any line is not an
-    object on its own, and the caller then parses line by line to skip just the bad ones."""
-    try:
-        values = json.loads("[" + ",".join(lines) + "]")
-    except ValueError:
-        return []
-    if len(values) != len(lines) or not all(isinstance(v, dict) for v in values):
-        return []
-    return values
-
-
-def _parse(raw: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _number(value: Any) -> float | None:
@@ -111,59 +52,23 @@ def _number(value: Any) -> float | None:
 
 
 def _step(row: dict[str, Any]) -> int | None:
-    step = row.get("step")
+    step = row.get(STEP_KEY)
     if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
         return None
     return int(step)
 
 
 # --- the trainer's status and checkpoints --------------------------------------------------
-class TrainerStatus(BaseModel):
-    """`trainer_status.json`; unknown extra keys are kept, missing ones are None."""
-
-    model_config = ConfigDict(extra="allow")
-
-    phase: str | None = None
-    step: int | None = None
-    num_steps: int | None = None
-    heartbeat: float | None = None
-    pid: int | None = None
-    final_weights: str | None = None
-    resume_state: str | None = None
-    error: str | None = None
-    wandb_url: str | None = None
-
-
 def read_trainer_status(run_dir: Path) -> TrainerStatus | None:
     """The last status the trainer wrote, or None if there is none (yet) or it is unreadable.
     A value of the wrong type is left out (None); the other fields are still read."""
-    return _trainer_status(run_dir)[0]
-
-
-def _trainer_status(run_dir: Path) -> tuple[TrainerStatus | None, str | None]:
-    path = run_dir / TRAINER_STATUS_FILE
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, unreadable(path, exc)
-    except ValueError:  # half-written by a writer without atomic replace, or damaged
-        return None, f"{path.name} is not valid UTF-8 JSON; the trainer's phase and step are not shown."
-    if not isinstance(data, dict):
-        return None, f"{path.name} holds a JSON {type(data).__name__}, not an object; the trainer's phase and step are not shown."
-    try:
-        return TrainerStatus.model_validate(data), None
-    except ValidationError as exc:
-        bad = sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})
-        kept = {k: v for k, v in data.items() if k not in bad}
-        return TrainerStatus.model_validate(kept), f"{path.name} has values of the wrong type for {', '.join(bad)}; they are not shown."
+    return rundir.read_trainer_status(run_dir / TRAINER_STATUS_FILE).status
 
 
 def trainer_status_fields(run_dir: Path) -> dict[str, Any]:
     """The trainer status as a dict of well-typed values only (missing file: empty)."""
     status = read_trainer_status(run_dir)
-    return status.model_dump(exclude_none=True) if status is not None else {}
+    return status.recorded() if status is not None else {}
 
 
 def damage_report(run_dir: Path) -> list[str]:
@@ -182,37 +87,18 @@ def damage_report(run_dir: Path) -> list[str]:
             problems.append(unreadable(path, exc))
             continue
         if name == CHECKPOINTS_FILE:  # one line per checkpoint: small enough to read here
-            read = read_jsonl(path)
-            bad = read.bad_lines + sum(1 for row in read.rows if _checkpoint(row) is None)
+            bad = rundir.read_checkpoints(path).bad
             if bad:
                 problems.append(f"{name}: {bad} unreadable record(s) were skipped; the checkpoints they name are not listed.")
-    problem = _trainer_status(run_dir)[1]
+    problem = rundir.read_trainer_status(run_dir / TRAINER_STATUS_FILE).problem
     if problem:
         problems.append(problem)
     return problems
 
 
-class Checkpoint(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    step: int
-    kind: str  # "sampler" (weights to sample from) or "state" (resumable optimiser state)
-    path: str  # a local folder or a tinker:// URL
-    time: float | None = None
-    final: bool = False
-
-
-def read_checkpoints(run_dir: Path) -> list[Checkpoint]:
+def read_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
     """Recorded checkpoints in the order written; malformed lines are skipped."""
-    rows = read_jsonl(run_dir / CHECKPOINTS_FILE).rows
-    return [c for c in map(_checkpoint, rows) if c is not None]
-
-
-def _checkpoint(row: dict[str, Any]) -> Checkpoint | None:
-    try:
-        return Checkpoint.model_validate(row)
-    except ValidationError:
-        return None
+    return rundir.read_checkpoints(run_dir / CHECKPOINTS_FILE).records
 
 
 class WeightsInfo(BaseModel):
@@ -231,7 +117,7 @@ class WeightsInfo(BaseModel):
     checkpoints_saved: int = 0
 
 
-def weights_info(checkpoints: Sequence[Checkpoint], status: TrainerStatus | None) -> WeightsInfo:
+def weights_info(checkpoints: Sequence[CheckpointRecord], status: TrainerStatus | None) -> WeightsInfo:
     sampler = _last(c for c in checkpoints if c.kind == "sampler")
     state = _last(c for c in checkpoints if c.kind == "state")
     info = WeightsInfo(checkpoints_saved=len(checkpoints))
@@ -249,7 +135,7 @@ def weights_info(checkpoints: Sequence[Checkpoint], status: TrainerStatus | None
     return info
 
 
-def _last(checkpoints: Iterable[Checkpoint]) -> Checkpoint | None:
+def _last(checkpoints: Iterable[CheckpointRecord]) -> CheckpointRecord | None:
     # The highest step wins; among equal steps the one written last (a resumed run rewrites).
     best = None
     for checkpoint in checkpoints:
@@ -269,7 +155,7 @@ class StepTable(BaseModel):
 
     @property
     def last_step(self) -> int | None:
-        return self.rows[-1]["step"] if self.rows else None
+        return self.rows[-1][STEP_KEY] if self.rows else None
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """(step, value) for every step where `key` has a finite number."""
@@ -277,14 +163,14 @@ class StepTable(BaseModel):
         for row in self.rows:
             value = _number(row.get(key))
             if value is not None:
-                out.append((row["step"], value))
+                out.append((row[STEP_KEY], value))
         return out
 
     def metric_keys(self) -> list[str]:
         keys: dict[str, None] = {}
         for row in self.rows:
             for key, value in row.items():
-                if key not in _NOT_METRICS and _number(value) is not None:
+                if key not in BOOKKEEPING_KEYS and _number(value) is not None:
                     keys.setdefault(key, None)
         return list(keys)
 
@@ -305,7 +191,7 @@ def read_step_table(run_dir: Path) -> StepTable:
         if step is None:
             bad += 1
             continue
-        by_step[step] = {**row, "step": step}
+        by_step[step] = {**row, STEP_KEY: step}
     trainer_keys = {step: set(row) for step, row in by_step.items()}
     env = read_jsonl(run_dir / ENV_METRICS_FILE)
     bad += env.bad_lines
@@ -313,11 +199,11 @@ def read_step_table(run_dir: Path) -> StepTable:
         step = _step(row)
         if step is None:
             continue
-        merged = by_step.setdefault(step, {"step": step})
+        merged = by_step.setdefault(step, {STEP_KEY: step})
         own = trainer_keys.get(step, set())
         for key, value in row.items():
             # A later environment line of the same step wins; the trainer's own keys always do.
-            if key not in ("step", "time") and key not in own:
+            if key not in (STEP_KEY, TIME_KEY) and key not in own:
                 merged[key] = value
     return StepTable(
         rows=[by_step[s] for s in sorted(by_step)],
@@ -401,13 +287,13 @@ def history(table: StepTable, limit: int = MAX_HISTORY_POINTS) -> list[HistoryPo
     steps = set(downsample_steps(basis, limit))
     points = []
     for row in table.rows:
-        if row["step"] in steps:
+        if row[STEP_KEY] in steps:
             points.append(
                 HistoryPoint(
-                    step=row["step"],
+                    step=row[STEP_KEY],
                     reward_mean=_number(row.get(REWARD_KEY)),
                     loss=_number(row.get(LOSS_KEY)),
-                    percent_correct=_number(row.get("train/percent_correct")),
+                    percent_correct=_number(row.get(PERCENT_CORRECT_KEY)),
                 )
             )
     return points

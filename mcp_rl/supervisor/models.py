@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mcp_rl.rundir import TrainerPhase
 from mcp_rl.supervisor.states import ProcState, RunState
 
 
@@ -62,7 +63,7 @@ class RunStatus(BaseModel):
     rate_limited: bool = False
     next_check_in_seconds: float | None = None
     processes: dict[str, ProcessStatus] = Field(default_factory=dict)
-    trainer_phase: str | None = None
+    trainer_phase: TrainerPhase | None = Field(default=None, description="What the trainer was last doing (trainer_status.json).")
     metrics: RunMetrics | None = None
     wandb_project: str | None = None
     wandb_run_name: str | None = None

@@ -28,6 +28,13 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_rl.errors import DamagedState, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
+from mcp_rl.rundir import (
+    RUN_FILE,
+    TRAINER_STATUS_FILE,
+    TrainerPhase,
+    TrainerStatus,
+    read_trainer_status,
+)
 from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, TERMINAL_STATES, ProcState, RunState
 
 if TYPE_CHECKING:
@@ -518,7 +525,11 @@ def _salvage(db: sqlite3.Connection, damaged: Path) -> list[str]:
 
 REBUILT_CAUSE = "rebuilt from the run directory after state.db was lost or damaged"
 # trainer_status.json phases that say how a run ended.
-_ENDED_BY_PHASE = {"done": RunState.COMPLETED, "failed": RunState.FAILED, "stopped": RunState.STOPPED}
+_ENDED_BY_PHASE = {
+    TrainerPhase.DONE: RunState.COMPLETED,
+    TrainerPhase.FAILED: RunState.FAILED,
+    TrainerPhase.STOPPED: RunState.STOPPED,
+}
 
 
 def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
@@ -529,7 +540,7 @@ def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
     rebuilt = []
     supervisors: dict[str, tuple[int, float]] | None = None  # looked up once, when first needed
     for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in known):
-        if not (run_dir / "run.yaml").exists():
+        if not (run_dir / RUN_FILE).exists():
             continue
         if supervisors is None:
             supervisors = _live_supervisors()
@@ -545,12 +556,10 @@ def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]]
     """A run's registry row as far as its directory tells: run.yaml (environment, backend, ports,
     W&B), trainer_status.json (how it ended) and a live supervisor of it (if it is still going;
     `supervisors` from `_live_supervisors`, looked up here when not given)."""
-    from mcp_rl.metrics.store import TRAINER_STATUS_FILE
     from mcp_rl.runconfig import RunConfig
-    from mcp_rl.supervisor.tail import read_json
 
     run_dir = run_dir.resolve()
-    config_path = run_dir / "run.yaml"
+    config_path = run_dir / RUN_FILE
     created = _first_written(run_dir)
     fields: dict[str, Any] = {"environment": "unknown", "backend": "unknown"}
     problems = []
@@ -567,24 +576,22 @@ def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]]
         )
     except Exception as exc:  # any damage of run.yaml: the run is still listed, with the reason
         problems.append(f"run.yaml is unreadable: {clip_message(str(exc), 200)}")
-    status = read_json(run_dir / TRAINER_STATUS_FILE) or {}
-    phase = status.get("phase") if isinstance(status.get("phase"), str) else None
-    step = status.get("step") if isinstance(status.get("step"), int) else None
-    heartbeat = status.get("heartbeat") if isinstance(status.get("heartbeat"), (int, float)) else None
+    status = read_trainer_status(run_dir / TRAINER_STATUS_FILE).status or TrainerStatus()
+    phase, step, heartbeat = status.phase, status.step, status.heartbeat
     supervisor = (_live_supervisors() if supervisors is None else supervisors).get(str(run_dir))
     ended_at: float | None = None
     if phase in _ENDED_BY_PHASE:
         state = _ENDED_BY_PHASE[phase]
-        cause = f"{REBUILT_CAUSE}; the trainer recorded phase {phase!r}"
-        if state == RunState.FAILED and isinstance(status.get("error"), str):
-            cause += f": {status['error']}"
+        cause = f"{REBUILT_CAUSE}; the trainer recorded phase '{phase}'"
+        if state == RunState.FAILED and status.error:
+            cause += f": {status.error}"
         ended_at = float(heartbeat) if heartbeat else created
     elif supervisor is not None:
         state = RunState.RUNNING if phase else RunState.STARTING
         cause = f"{REBUILT_CAUSE}; its supervisor (pid {supervisor[0]}) is still running"
     else:
         state = RunState.FAILED
-        last = f" (last trainer phase {phase!r}, step {step})" if phase else ""
+        last = f" (last trainer phase '{phase}', step {step})" if phase else ""
         cause = f"{REBUILT_CAUSE}; how it ended was not recorded and no supervisor of it is running{last}"
         ended_at = float(heartbeat) if heartbeat else created
     if problems:

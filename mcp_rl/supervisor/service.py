@@ -8,7 +8,6 @@ is left.
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import sys
 import threading
@@ -23,6 +22,19 @@ from mcp_rl import processes
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
 from mcp_rl.metrics import store
 from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import (
+    ENV_METRICS_FILE,
+    EVAL_PERCENT_CORRECT_KEY,
+    LOGS_DIR,
+    LOSS_KEY,
+    METRICS_FILE,
+    PERCENT_CORRECT_KEY,
+    REWARD_KEY,
+    RUN_FILE,
+    STEP_KEY,
+    TIME_KEY,
+    is_run_id,
+)
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.models import (
     ProcessStatus,
@@ -35,7 +47,12 @@ from mcp_rl.supervisor.models import (
     log_uri,
 )
 from mcp_rl.supervisor.ports import port_is_free
-from mcp_rl.supervisor.reconcile import end_leftovers, launch_stopper, reconcile, refresh
+from mcp_rl.supervisor.reconcile import (
+    end_leftovers,
+    launch_stopper,
+    reconcile,
+    refresh,
+)
 from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import (
     LOG_NAMES,
@@ -58,7 +75,6 @@ __all__ = [
     "run_status", "start_run", "stop_run",
 ]
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_LOG_TAIL = 200
 MAX_LOG_TAIL = 5000
 DEFAULT_METRICS_TAIL = 100
@@ -67,7 +83,7 @@ STOP_ANSWER_MARGIN_S = 3.0
 
 
 def _get_run(registry: Registry, run_id: str) -> RunRecord:
-    run = registry.get_run(run_id) if _RUN_ID.match(run_id or "") else None
+    run = registry.get_run(run_id) if is_run_id(run_id) else None
     if run is None:
         raise NotFound(f"Unknown run_id {clip(run_id)}. Call rl_list_runs to see the runs that exist.")
     return run
@@ -91,7 +107,7 @@ def start_run(settings: Settings, environments: EnvironmentService | None = None
 
     run_dir = config.paths.run_dir
     config.paths.logs_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / "run.yaml"
+    config_path = run_dir / RUN_FILE
     config.dump(config_path)
 
     now = time.time()
@@ -173,7 +189,7 @@ def _launch_supervisor(settings: Settings, registry: Registry, run_id: str, run_
     argv = [sys.executable, "-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
     try:
         popen = processes.spawn(
-            argv, run_dir / "logs" / "supervisor.log", settings.child_env(), cwd=run_dir, marker=run_marker(str(run_dir))
+            argv, run_dir / LOGS_DIR / "supervisor.log", settings.child_env(), cwd=run_dir, marker=run_marker(str(run_dir))
         )
     except OSError as exc:
         registry.transition(run_id, RunState.FAILED, f"could not start the run supervisor: {exc}")
@@ -252,7 +268,7 @@ def _short_status(run: RunRecord, now: float, wait: float) -> RunStatus:
 def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     run_dir = Path(run.run_dir)
     status = store.trainer_status_fields(run_dir)  # well-typed values only: a damaged file must not fail the call
-    metrics = _metrics(run_dir / "metrics.jsonl", status)
+    metrics = _metrics(run_dir / METRICS_FILE, status)
     procs = {p.name: p for p in registry.processes(run.run_id)}
     message = _base_message(run)
     if metrics is not None and metrics.step is not None:
@@ -316,19 +332,19 @@ def _metrics(path: Path, trainer_status: dict[str, Any]) -> RunMetrics | None:
     if latest is None and not trainer_status:
         return None
     latest = latest or {}
-    step = latest.get("step")
+    step = latest.get(STEP_KEY)
     # Accuracy is the environment's to report: it logs it to env_metrics.jsonl (see
     # mcp_rl.metrics.env_metrics); the trainer's own line wins where both have a key.
-    env_latest = last_json_line(path.with_name("env_metrics.jsonl")) or {}
+    env_latest = last_json_line(path.with_name(ENV_METRICS_FILE)) or {}
     latest = {**env_latest, **latest}
     return RunMetrics(
-        step=int(step) if isinstance(step, int) else trainer_status.get("step"),
+        step=int(step) if isinstance(step, int) else trainer_status.get(STEP_KEY),
         num_steps=trainer_status.get("num_steps"),
-        reward_mean=_float(latest.get("reward/mean")),
-        loss=_float(latest.get("train/loss")),
-        percent_correct=_float(latest.get("train/percent_correct")),
-        eval_percent_correct=_float(latest.get("eval/percent_correct")),
-        time=_float(latest.get("time")),
+        reward_mean=_float(latest.get(REWARD_KEY)),
+        loss=_float(latest.get(LOSS_KEY)),
+        percent_correct=_float(latest.get(PERCENT_CORRECT_KEY)),
+        eval_percent_correct=_float(latest.get(EVAL_PERCENT_CORRECT_KEY)),
+        time=_float(latest.get(TIME_KEY)),
         latest=latest,
     )
 
@@ -341,8 +357,8 @@ def list_runs(settings: Settings) -> RunList:
     notes = []
     for run in registry.list_runs():
         run = refresh(registry, run, settings)
-        latest = last_json_line(Path(run.run_dir) / "metrics.jsonl") or {}
-        step = latest.get("step")
+        latest = last_json_line(Path(run.run_dir) / METRICS_FILE) or {}
+        step = latest.get(STEP_KEY)
         summaries.append(
             RunSummary(
                 run_id=run.run_id,
@@ -352,7 +368,7 @@ def list_runs(settings: Settings) -> RunList:
                 created_at=run.created_at,
                 running_time_minutes=_running_minutes(run, now),
                 step=step if isinstance(step, int) else None,
-                latest_reward=_float(latest.get("reward/mean")),
+                latest_reward=_float(latest.get(REWARD_KEY)),
                 wandb_run_name=run.wandb_run_name,
                 cause=run.cause.splitlines()[0] if run.cause and run.state == RunState.FAILED else None,
             )
@@ -503,7 +519,7 @@ def read_log(settings: Settings, run_id: str, process: str, tail: int = DEFAULT_
     if process not in LOG_NAMES:
         raise NotFound(f"Unknown process {process!r}; logs exist for {', '.join(LOG_NAMES)}.")
     tail = max(1, min(int(tail), MAX_LOG_TAIL))
-    path = Path(run.run_dir) / "logs" / f"{process}.log"
+    path = Path(run.run_dir) / LOGS_DIR / f"{process}.log"
     lines = tail_lines(path, tail + 1)
     if not path.exists():
         return f"[{process}.log of run {run.run_id} does not exist yet: the process has not started]\n"
@@ -539,7 +555,7 @@ def read_metrics(settings: Settings, run_id: str, tail: int = DEFAULT_METRICS_TA
 
     run = _get_run(registry_for(settings), run_id)
     rows = []
-    for line in tail_lines(Path(run.run_dir) / "metrics.jsonl", tail):
+    for line in tail_lines(Path(run.run_dir) / METRICS_FILE, tail):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

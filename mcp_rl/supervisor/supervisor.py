@@ -27,10 +27,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from mcp_rl import processes
+from mcp_rl.rundir import TrainerPhase, TrainerStatus, read_trainer_status
 from mcp_rl.supervisor.readiness import Outcome, Probe, wait_ready
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState
-from mcp_rl.supervisor.tail import read_json, tail_lines
+from mcp_rl.supervisor.tail import tail_lines
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,10 @@ class _Running:
 class Verdict:
     state: RunState  # COMPLETED, FAILED or STOPPED
     cause: str
+
+
+def _phase(status: TrainerStatus) -> str:
+    return f"'{status.phase}'" if status.phase else "not recorded"
 
 
 @dataclass
@@ -258,24 +263,29 @@ class RunSupervisor:
             )
         return None
 
+    def _trainer_status(self) -> TrainerStatus:
+        """The trainer's last status: an empty one while it wrote none, or what of a damaged one
+        is readable (a damaged file never stops the supervisor)."""
+        return read_trainer_status(self.trainer_status_path).status or TrainerStatus()
+
     def _trainer_error(self) -> str:
         """What the trainer recorded about its failure, and where to look when it starved."""
-        status = read_json(self.trainer_status_path) or {}
-        text = f" Trainer error: {status['error']}" if status.get("error") else ""
-        if status.get("phase") == "waiting_for_batch":
+        status = self._trainer_status()
+        text = f" Trainer error: {status.error}" if status.error else ""
+        if status.phase == TrainerPhase.WAITING_FOR_BATCH:
             text += " It was waiting for a batch: check the environment's log (env.log) too."
         return text
 
     def _trainer_verdict(self) -> Verdict:
         """The trainer exited 0: completed only if its status says it finished its last step."""
-        status = read_json(self.trainer_status_path) or {}
-        phase, step, num_steps = status.get("phase"), status.get("step"), status.get("num_steps")
-        if phase == "done":
+        status = self._trainer_status()
+        step, num_steps = status.step, status.num_steps
+        if status.phase == TrainerPhase.DONE:
             return Verdict(RunState.COMPLETED, f"trainer finished step {step} of {num_steps}")
         return Verdict(
             RunState.FAILED,
-            f"trainer exited 0 without finishing (phase {phase!r}, step {step} of {num_steps}"
-            f"{', error: ' + str(status['error']) if status.get('error') else ''})."
+            f"trainer exited 0 without finishing (phase {_phase(status)}, step {step} of {num_steps}"
+            f"{', error: ' + status.error if status.error else ''})."
             + self._log_tail(self._procs["trainer"].spec),
         )
 
@@ -283,13 +293,13 @@ class RunSupervisor:
         trainer = self._procs.get("trainer")
         if trainer is None or trainer.ended:
             return None
-        status = read_json(self.trainer_status_path) or {}
-        if started_only and not status.get("heartbeat"):
+        status = self._trainer_status()
+        if started_only and not status.heartbeat:
             return None
-        if status.get("wandb_url") and not self._wandb_url_seen:
-            self.registry.update_run(self.run_id, wandb_url=str(status["wandb_url"]))
+        if status.wandb_url and not self._wandb_url_seen:
+            self.registry.update_run(self.run_id, wandb_url=status.wandb_url)
             self._wandb_url_seen = True
-        heartbeat = float(status.get("heartbeat") or 0.0)
+        heartbeat = status.heartbeat or 0.0
         last_sign = max(heartbeat, trainer.identity.create_time)
         silent = self.clock() - last_sign
         if silent <= self.policy.heartbeat_timeout_s:
@@ -297,7 +307,7 @@ class RunSupervisor:
         return Verdict(
             RunState.FAILED,
             f"trainer (pid {trainer.popen.pid}) hung: no heartbeat in trainer_status.json for {silent:.0f} s "
-            f"(limit {self.policy.heartbeat_timeout_s:g} s; last phase {status.get('phase')!r})."
+            f"(limit {self.policy.heartbeat_timeout_s:g} s; last phase {_phase(status)})."
             + self._log_tail(trainer.spec),
         )
 

@@ -1,4 +1,4 @@
-"""The trainer's records in the run directory (formats fixed by the team brief).
+"""The trainer's records in the run directory: the writer of the formats in `mcp_rl.rundir`.
 
 - `metrics.jsonl`: one JSON object per step, appended and flushed after the step.
 - `checkpoints.jsonl`: one line per saved checkpoint (`kind` "sampler" or "state").
@@ -14,38 +14,20 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
-from mcp_rl.runconfig import RunPaths, write_text_atomic
-
-Phase = Literal[
-    "starting", "loading_model", "waiting_for_model", "waiting_for_batch", "training", "saving", "done", "stopped", "failed"
-]
-CheckpointKind = Literal["sampler", "state"]
-
-
-class TrainerStatus(BaseModel):
-    phase: Phase = "starting"
-    step: int = 0
-    num_steps: int = 0
-    heartbeat: float = 0.0
-    pid: int = 0
-    final_weights: str | None = None
-    resume_state: str | None = None
-    error: str | None = None
-    wandb_url: str | None = None
-    # Seconds spent so far in a remote service's queue for our model (phase waiting_for_model).
-    model_wait_s: float | None = None
-
-
-class CheckpointRecord(BaseModel):
-    step: int
-    kind: CheckpointKind
-    path: str
-    time: float
-    final: bool = False
+from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.rundir import (
+    STEP_KEY,
+    TIME_KEY,
+    CheckpointKind,
+    CheckpointRecord,
+    RunPaths,
+    TrainerPhase,
+    TrainerStatus,
+    check_phase_change,
+    read_checkpoints,
+)
 
 
 def _clean(value: Any) -> Any:
@@ -70,11 +52,19 @@ class RunRecorder:
     def __init__(self, paths: RunPaths, num_steps: int) -> None:
         self.paths = paths
         self._lock = threading.Lock()
-        self.status = TrainerStatus(num_steps=num_steps, pid=os.getpid())
+        self.status = TrainerStatus(phase=TrainerPhase.STARTING, num_steps=num_steps, pid=os.getpid())
 
     def update(self, **changes: Any) -> None:
+        """Change fields of the status and write it. An unknown field, a value of the wrong type
+        or a phase change the trainer's life cycle does not have raises (nothing is written)."""
+        unknown = set(changes) - set(TrainerStatus.model_fields)
+        if unknown:
+            raise ValueError(f"TrainerStatus has no field {', '.join(sorted(unknown))}")
         with self._lock:
-            self.status = self.status.model_copy(update=changes)
+            status = TrainerStatus.model_validate({**self.status.model_dump(), **changes})
+            if "phase" in changes:
+                check_phase_change(self.status.phase, status.phase)
+            self.status = status
             self._write_status_locked()
 
     def heartbeat(self) -> None:
@@ -86,7 +76,7 @@ class RunRecorder:
         write_text_atomic(self.paths.trainer_status, self.status.model_dump_json(indent=2) + "\n")
 
     def metrics(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
-        line = {"step": step, "time": time.time(), **values}
+        line = {STEP_KEY: step, TIME_KEY: time.time(), **values}
         with self._lock:
             _append_line(self.paths.metrics, line)
         return line
@@ -98,28 +88,10 @@ class RunRecorder:
         return record
 
 
-def read_checkpoints(path: Path) -> list[CheckpointRecord]:
-    """Every well-formed line of checkpoints.jsonl (a torn last line is skipped)."""
-    records: list[CheckpointRecord] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return records
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            records.append(CheckpointRecord.model_validate_json(line))
-        except ValueError:
-            continue
-    return records
-
-
 def last_state(path: Path) -> CheckpointRecord | None:
     """The newest resumable checkpoint recorded, by step."""
-    states = [r for r in read_checkpoints(path) if r.kind == "state"]
-    return max(states, key=lambda r: (r.step, r.time)) if states else None
+    states = [r for r in read_checkpoints(path).records if r.kind == "state"]
+    return max(states, key=lambda r: (r.step, r.time or 0.0)) if states else None
 
 
 def last_metrics_step(path: Path) -> int:
@@ -129,7 +101,7 @@ def last_metrics_step(path: Path) -> int:
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 try:
-                    best = max(best, int(json.loads(line)["step"]))
+                    best = max(best, int(json.loads(line)[STEP_KEY]))
                 except (ValueError, KeyError, TypeError):
                     continue
     except FileNotFoundError:

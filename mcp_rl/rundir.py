@@ -1,0 +1,295 @@
+"""A run's folder, `runs/<run_id>/`: the one contract between the trainer that writes it and
+everything that reads it (the supervisor, the run service, the results and metrics readers).
+
+    run.yaml             the run file (mcp_rl.runconfig): written once by the server
+    metrics.jsonl        one JSON object per trainer step, appended and flushed after the step
+    env_metrics.jsonl    what the environment logs, by step (mcp_rl.metrics.env_metrics)
+    checkpoints.jsonl    one `CheckpointRecord` per saved checkpoint
+    trainer_status.json  the trainer's `TrainerStatus`, rewritten atomically every few seconds
+    checkpoints/         the saved weights and states
+    logs/                one log per process
+
+The trainer appends to these files while others read them, so every reader here tolerates what
+a writer is halfway through and what damage left behind: an unterminated last line is skipped, a
+line that does not parse is counted, a status value of the wrong type is left out and reported.
+Stdlib and pydantic only: the trainer, the supervisor and the server all import this.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+# --- names -----------------------------------------------------------------------------------
+RUN_FILE = "run.yaml"
+METRICS_FILE = "metrics.jsonl"
+ENV_METRICS_FILE = "env_metrics.jsonl"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+TRAINER_STATUS_FILE = "trainer_status.json"
+CHECKPOINTS_DIR = "checkpoints"
+LOGS_DIR = "logs"
+
+# The run ids the supervisor hands out: also the folder names, so nothing that could walk out
+# of runs/ ("..", "/").
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def is_run_id(text: str | None) -> bool:
+    return bool(RUN_ID.match(text or ""))
+
+
+class RunPaths(BaseModel):
+    """Where a run's files are (stored in run.yaml, so every process uses the same paths)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: Path
+    logs_dir: Path
+    metrics: Path  # one JSON object per trainer step
+    checkpoints_dir: Path
+    checkpoints_index: Path  # checkpoints.jsonl: one line per saved checkpoint
+    trainer_status: Path  # trainer_status.json: phase, step, heartbeat time, final weights
+
+    @classmethod
+    def for_run(cls, run_dir: Path) -> RunPaths:
+        run_dir = run_dir.resolve()
+        return cls(
+            run_dir=run_dir,
+            logs_dir=run_dir / LOGS_DIR,
+            metrics=run_dir / METRICS_FILE,
+            checkpoints_dir=run_dir / CHECKPOINTS_DIR,
+            checkpoints_index=run_dir / CHECKPOINTS_FILE,
+            trainer_status=run_dir / TRAINER_STATUS_FILE,
+        )
+
+
+# --- metric keys (metrics.jsonl and env_metrics.jsonl) ---------------------------------------
+STEP_KEY = "step"
+TIME_KEY = "time"  # Unix time the line was written
+REWARD_KEY = "reward/mean"
+LOSS_KEY = "train/loss"
+TOKENS_KEY = "tokens"
+STEP_SECONDS_KEY = "time/step_seconds"
+# Logged by environments that grade answers (the trainer never writes these).
+PERCENT_CORRECT_KEY = "train/percent_correct"
+EVAL_PERCENT_CORRECT_KEY = "eval/percent_correct"
+# Bookkeeping, not a measure of the model: never summarised as a metric.
+BOOKKEEPING_KEYS = frozenset({STEP_KEY, TIME_KEY, TOKENS_KEY, STEP_SECONDS_KEY})
+
+
+# --- the trainer's phase ---------------------------------------------------------------------
+class TrainerPhase(StrEnum):
+    STARTING = "starting"
+    """The trainer process began; nothing loaded yet."""
+    LOADING_MODEL = "loading_model"
+    """Loading the model (or resuming its last state), then serving inference and registering
+    with the Atropos API."""
+    WAITING_FOR_MODEL = "waiting_for_model"
+    """A remote service is still queueing our model; `model_wait_s` says for how long."""
+    WAITING_FOR_BATCH = "waiting_for_batch"
+    """Waiting for the environment's next batch of scored rollouts."""
+    TRAINING = "training"
+    """Training on a batch (one step)."""
+    SAVING = "saving"
+    """Saving a checkpoint: periodic, or the last one before ending."""
+    DONE = "done"
+    """Every step trained and the final weights saved; the trainer exits 0."""
+    STOPPED = "stopped"
+    """Stopped on request after the step in flight, its last state saved; exits 0."""
+    FAILED = "failed"
+    """Any error; `error` says what. The trainer exits 1."""
+
+
+TERMINAL_PHASES = frozenset({TrainerPhase.DONE, TrainerPhase.STOPPED, TrainerPhase.FAILED})
+ACTIVE_PHASES = frozenset(TrainerPhase) - TERMINAL_PHASES
+
+# Which phases each phase may be entered from (the path of mcp_rl.trainer.loop). An active phase
+# may also be entered again (a queue wait is reported repeatedly); an ended trainer never
+# changes phase.
+PHASE_ALLOWED_FROM: dict[TrainerPhase, frozenset[TrainerPhase | None]] = {
+    TrainerPhase.STARTING: frozenset({None}),
+    TrainerPhase.LOADING_MODEL: frozenset({TrainerPhase.STARTING, TrainerPhase.WAITING_FOR_MODEL}),
+    TrainerPhase.WAITING_FOR_MODEL: frozenset({TrainerPhase.LOADING_MODEL}),
+    TrainerPhase.WAITING_FOR_BATCH: frozenset({TrainerPhase.LOADING_MODEL, TrainerPhase.TRAINING, TrainerPhase.SAVING}),
+    TrainerPhase.TRAINING: frozenset({TrainerPhase.WAITING_FOR_BATCH}),
+    TrainerPhase.SAVING: frozenset({TrainerPhase.WAITING_FOR_BATCH, TrainerPhase.TRAINING}),
+    TrainerPhase.DONE: frozenset({TrainerPhase.SAVING}),
+    # A stop request may arrive at any point; the trainer saves what it has and stops.
+    TrainerPhase.STOPPED: frozenset(ACTIVE_PHASES),
+    TrainerPhase.FAILED: frozenset({None, *ACTIVE_PHASES}),
+}
+
+
+class IllegalPhaseChange(ValueError):
+    """The trainer tried a phase change its life cycle does not have (a bug in the trainer)."""
+
+
+def check_phase_change(old: TrainerPhase | None, new: TrainerPhase | None) -> None:
+    """Raise IllegalPhaseChange unless a trainer in phase `old` may enter `new`."""
+    if new is None:
+        raise IllegalPhaseChange("a trainer's status always has a phase")
+    if old == new and new in ACTIVE_PHASES:
+        return
+    if old not in PHASE_ALLOWED_FROM[new]:
+        raise IllegalPhaseChange(f"trainer phase {old} -> {new} is not a step of its life cycle")
+
+
+# --- records ---------------------------------------------------------------------------------
+class TrainerStatus(BaseModel):
+    """`trainer_status.json`. The trainer writes every field; a reader gets None for what the
+    file does not hold (or holds with the wrong type) and keeps keys it does not know (a newer
+    trainer's)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    phase: TrainerPhase | None = None
+    step: int = 0  # the last step trained (and logged to metrics.jsonl)
+    num_steps: int | None = None
+    heartbeat: float | None = None  # Unix time of the last write; silence means a hung trainer
+    pid: int | None = None
+    final_weights: str | None = None
+    resume_state: str | None = None
+    error: str | None = None
+    wandb_url: str | None = None
+    # Seconds spent so far in a remote service's queue for our model (phase waiting_for_model).
+    model_wait_s: float | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The known fields the file held with a usable value (for answers: nothing made up)."""
+        return self.model_dump(include=set(self.model_fields_set) & set(type(self).model_fields), exclude_none=True)
+
+
+CheckpointKind = Literal["sampler", "state"]
+
+
+class CheckpointRecord(BaseModel):
+    """One line of `checkpoints.jsonl`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    kind: CheckpointKind  # "sampler": weights to sample from; "state": resumable optimiser state
+    path: str  # a local folder or a tinker:// URL
+    time: float | None = None
+    final: bool = False  # the weights saved after the run's last step
+
+
+# --- reading ---------------------------------------------------------------------------------
+class JsonlRead(BaseModel):
+    """Rows of a JSONL file, plus how many lines were skipped and why."""
+
+    rows: list[dict[str, Any]] = []
+    bad_lines: int = 0
+    partial_tail: bool = False
+    # Why the file could not be read at all (a directory, no permission), in words.
+    error: str | None = None
+
+
+def unreadable(path: Path, exc: OSError) -> str:
+    """What is wrong with a run file that cannot be opened, and what to do about it."""
+    what = "is a directory, not a file" if path.is_dir() else f"cannot be read ({exc.strerror or exc})"
+    return f"{path.name} {what}; its data is not shown. Move it aside (e.g. to {path.name}.damaged) to let the run write a new one."
+
+
+def read_jsonl(path: Path) -> JsonlRead:
+    """Every complete JSON object line of `path` (missing file: no rows)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return JsonlRead()
+    except OSError as exc:
+        return JsonlRead(error=unreadable(path, exc))
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    # Everything after the last newline is a line still being written, unless it parses.
+    tail = lines.pop()
+    body = [line for line in lines if line.strip()]
+    result = JsonlRead(rows=_parse_all(body))
+    if len(result.rows) != len(body):
+        result.rows = []
+        for raw in body:
+            row = _parse(raw)
+            if row is None:
+                result.bad_lines += 1
+            else:
+                result.rows.append(row)
+    if tail.strip():
+        row = _parse(tail)
+        if row is None:
+            result.partial_tail = True
+        else:
+            result.rows.append(row)
+    return result
+
+
+def _parse_all(lines: list[str]) -> list[dict[str, Any]]:
+    """All lines as one JSON array (twice as fast as line by line); [] if any line is not an
+    object on its own, and the caller then parses line by line to skip just the bad ones."""
+    try:
+        values = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:
+        return []
+    if len(values) != len(lines) or not all(isinstance(v, dict) for v in values):
+        return []
+    return values
+
+
+def _parse(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class StatusRead(NamedTuple):
+    status: TrainerStatus | None  # None: no status file (yet), or nothing in it is readable
+    problem: str | None  # what is wrong with the file, in words (None: nothing)
+
+
+def read_trainer_status(path: Path) -> StatusRead:
+    """The last status the trainer wrote. A value of the wrong type is left out (and named in
+    `problem`); the other fields are still read."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return StatusRead(None, None)
+    except OSError as exc:
+        return StatusRead(None, unreadable(path, exc))
+    except ValueError:  # half-written by a writer without atomic replace, or damaged
+        return StatusRead(None, f"{path.name} is not valid UTF-8 JSON; the trainer's phase and step are not shown.")
+    if not isinstance(data, dict):
+        return StatusRead(
+            None, f"{path.name} holds a JSON {type(data).__name__}, not an object; the trainer's phase and step are not shown."
+        )
+    try:
+        return StatusRead(TrainerStatus.model_validate(data), None)
+    except ValidationError as exc:
+        bad = sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})
+        kept = {k: v for k, v in data.items() if k not in bad}
+        return StatusRead(
+            TrainerStatus.model_validate(kept), f"{path.name} has values of the wrong type for {', '.join(bad)}; they are not shown."
+        )
+
+
+class CheckpointsRead(NamedTuple):
+    records: list[CheckpointRecord]  # in the order written
+    bad: int  # lines skipped: not JSON, or not a checkpoint record
+    error: str | None  # why the file could not be read at all
+
+
+def read_checkpoints(path: Path) -> CheckpointsRead:
+    """Every well-formed record of a `checkpoints.jsonl` (a torn last line is skipped)."""
+    read = read_jsonl(path)
+    records = []
+    bad = read.bad_lines
+    for row in read.rows:
+        try:
+            records.append(CheckpointRecord.model_validate(row))
+        except ValidationError:
+            bad += 1
+    return CheckpointsRead(records, bad, read.error)
