@@ -165,7 +165,8 @@ class IntrospectionWorker:
         except OSError:
             pass
         try:
-            proc.wait(timeout=_CLOSE_GRACE_S)
+            # A worker still importing reads no stdin yet: no point waiting for it.
+            proc.wait(timeout=_CLOSE_GRACE_S if self._ready else 0)
         except subprocess.TimeoutExpired:
             proc.kill()  # our own unreaped child: the pid is proven ours
             proc.wait()
