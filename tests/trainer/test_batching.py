@@ -53,7 +53,7 @@ def sample_concurrently(sampler: BatchingSampler, prompts: list[int], n: int = 1
     def one(p: int) -> None:
         try:
             results[p] = sampler.sample(SamplingRequest(prompt_tokens=[p], n=n))
-        except Exception as exc:  # recorded for the assertions
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
             results[p] = exc
 
     threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
@@ -153,10 +153,10 @@ def test_a_bad_window_is_refused(window):
 
 # --- the real model -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def backend(_default_model_session: Path):
+def backend(default_model: Path):
     from mcp_rl.trainer.backends.local import LocalBackend
 
-    return LocalBackend(_default_model_session, lora_rank=4)
+    return LocalBackend(default_model, lora_rank=4)
 
 
 def chat(backend, question: str) -> list[int]:
@@ -226,3 +226,47 @@ def test_the_batcher_serves_concurrent_requests_from_the_real_backend(backend):
     for i in range(4):
         (expected,) = backend.sample(SamplingRequest(prompt_tokens=prompts[i], n=1, max_tokens=4, temperature=0.0))
         assert [s.tokens for s in out[i]] == [expected.tokens, expected.tokens]
+
+
+# --- sampling beside training ---------------------------------------------------------------
+def test_readers_share_the_weights_and_a_writer_waits_for_them_and_holds_back_new_readers():
+    from mcp_rl.trainer.backends.rwlock import ReadWriteLock
+
+    lock = ReadWriteLock()
+    events: list[str] = []
+    first_in, release_first = threading.Event(), threading.Event()
+
+    def reader(name: str, entered: threading.Event | None = None, release: threading.Event | None = None) -> None:
+        with lock.shared():
+            events.append(f"{name} in")
+            if entered is not None:
+                entered.set()
+            if release is not None:
+                assert release.wait(5)
+            events.append(f"{name} out")
+
+    def writer() -> None:
+        with lock.exclusive():
+            events.append("writer")
+
+    r1 = threading.Thread(target=reader, args=("r1", first_in, release_first))
+    r1.start()
+    assert first_in.wait(5)
+    # A second reader shares the lock with the first (sampling beside gradients).
+    r2 = threading.Thread(target=reader, args=("r2",))
+    r2.start()
+    r2.join(5)
+    assert events == ["r1 in", "r2 in", "r2 out"]
+    w = threading.Thread(target=writer)
+    w.start()
+    assert wait_until(lambda: lock._writers_waiting == 1)
+    # The optimizer step is waiting: a new sample waits behind it, not beside the reader.
+    r3 = threading.Thread(target=reader, args=("r3",))
+    r3.start()
+    assert not wait_until(lambda: "r3 in" in events, timeout_s=0.1)
+    assert "writer" not in events
+    release_first.set()
+    for t in (r1, w, r3):
+        t.join(5)
+        assert not t.is_alive()
+    assert events[3:] == ["r1 out", "writer", "r3 in", "r3 out"]

@@ -1,7 +1,10 @@
 """Local backend: a causal LM in torch (CPU, or a GPU when present) with a LoRA adapter.
 
-Sampling and training share one model object behind one lock, so the inference server always
-samples the current policy and never sees weights halfway through an optimizer step.
+Sampling and training share one model object. Reading the weights (sampling, computing
+gradients) is shared: the next step's rollouts are sampled while this step's gradients are
+computed, from the weights before the step (one step off-policy at most, which the run's
+off-policy limit allows or not). Changing them (an optimizer step, loading a checkpoint) is
+exclusive, so a sample never sees weights halfway through an optimizer step.
 Checkpoints are folders in the run directory, written to a temporary name and renamed.
 """
 
@@ -24,6 +27,7 @@ from mcp_rl.trainer.backends.base import (
     TrainingExample,
 )
 from mcp_rl.trainer.backends.prompt_cache import PromptCache, croppable
+from mcp_rl.trainer.backends.rwlock import ReadWriteLock
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,11 @@ class LocalBackend(TrainingBackend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self._torch = torch
-        self._lock = threading.Lock()
+        self._weights = ReadWriteLock()
+        # One sampling batch at a time (the prompt cache and the generator are not shared), and
+        # one gradient computation at a time; the two may overlap.
+        self._sampling = threading.Lock()
+        self._training = threading.Lock()
         self.model_dir = Path(model_dir)
         self.checkpoints_dir = Path(checkpoints_dir) if checkpoints_dir is not None else None
         self.model_name = self.model_dir.name
@@ -119,7 +127,7 @@ class LocalBackend(TrainingBackend):
         for 4 (it is bound by reading the weights), so this is where batching pays."""
         if any(not r.prompt_tokens for r in requests):
             raise ValueError("empty prompt")
-        with self._lock, self._torch.no_grad():
+        with self._sampling, self._weights.shared(), self._torch.no_grad():
             prefills = [self._prefill(r) for r in requests]
             if len(requests) > 1 and not all(croppable(past) for past, _ in prefills):
                 # Caches of different prompts are merged by left padding, which only plain
@@ -249,7 +257,7 @@ class LocalBackend(TrainingBackend):
             raise RuntimeError("this backend was built for serving only")
         if not examples:
             raise ValueError("no examples to train on")
-        with self._lock:
+        with self._training, self._weights.shared():
             return self._forward_backward_locked(examples)
 
     def _forward_backward_locked(self, examples: list[TrainingExample]) -> ForwardBackwardResult:
@@ -328,7 +336,7 @@ class LocalBackend(TrainingBackend):
         return self._optimizer
 
     def optim_step(self, params: AdamParams) -> None:
-        with self._lock:
+        with self._training, self._weights.exclusive():
             opt = self._ensure_optimizer(params)
             for group in opt.param_groups:
                 group["lr"] = params.learning_rate
@@ -355,7 +363,7 @@ class LocalBackend(TrainingBackend):
             return str(target)
         tmp = _temp_sibling(target)
         try:
-            with self._lock:
+            with self._weights.shared():
                 self.model.save_pretrained(str(tmp))
             os.replace(tmp, target)
         except BaseException:
@@ -372,7 +380,7 @@ class LocalBackend(TrainingBackend):
         target = folder / STATE_FILE
         tmp = _temp_sibling(target)
         try:
-            with self._lock:
+            with self._training, self._weights.shared():
                 torch.save(
                     {
                         "adapter": get_peft_model_state_dict(self.model),
@@ -395,7 +403,7 @@ class LocalBackend(TrainingBackend):
         if not state_file.is_file():
             raise FileNotFoundError(f"no resumable state in {path} ({STATE_FILE} missing)")
         state = torch.load(state_file, map_location=self.device, weights_only=False)
-        with self._lock:
+        with self._training, self._weights.exclusive():
             set_peft_model_state_dict(self.model, state["adapter"])
             self._weights_version += 1
             if state.get("optimizer") is not None:
