@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.advantages import BatchStats, build_examples
 from mcp_rl.trainer.atropos_client import AtroposClient
@@ -80,13 +81,13 @@ def logprob_metrics(examples: list[TrainingExample], result: ForwardBackwardResu
 
 def batch_metrics(stats: BatchStats) -> dict[str, Any]:
     return {
-        "reward/mean": stats.reward_mean,
+        REWARD_KEY: stats.reward_mean,
         "reward/std": stats.reward_std,
         "reward/min": stats.reward_min,
         "reward/max": stats.reward_max,
         "advantages/mean": stats.advantages_mean,
         "advantages/std": stats.advantages_std,
-        "tokens": stats.tokens,
+        TOKENS_KEY: stats.tokens,
         "tokens/trained": stats.trained_tokens,
         "batch/groups": stats.groups,
         "batch/sequences": stats.sequences,
@@ -129,7 +130,7 @@ class Trainer:
                 pass
         self.config.paths.run_dir.mkdir(parents=True, exist_ok=True)
         self.config.paths.checkpoints_dir.mkdir(parents=True, exist_ok=True)
-        self.recorder.update(phase="starting")
+        self.recorder.update(phase=TrainerPhase.STARTING)
         beat_stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="heartbeat", daemon=True)
         beat.start()
@@ -140,7 +141,7 @@ class Trainer:
         try:
             start_step = await self._load()
             if self.stop.is_set():
-                self.recorder.update(phase="stopped")
+                self.recorder.update(phase=TrainerPhase.STOPPED)
                 outcome, detail = "interrupted", f"stopped ({self.stop_reason}) before training"
                 return 0
             self._serve()
@@ -155,7 +156,7 @@ class Trainer:
         except Exception as exc:  # every failure ends here: recorded, then a non-zero exit
             message = f"{type(exc).__name__}: {exc}"
             log.exception("trainer failed")
-            self.recorder.update(phase="failed", error=message)
+            self.recorder.update(phase=TrainerPhase.FAILED, error=message)
             detail = message[:500]
             return 1
         finally:
@@ -192,7 +193,7 @@ class Trainer:
                 log.exception("writing trainer_status.json failed")
 
     async def _load(self) -> int:
-        self.recorder.update(phase="loading_model")
+        self.recorder.update(phase=TrainerPhase.LOADING_MODEL)
         self.backend = await asyncio.to_thread(self.backend_factory, self.config, self.settings)
         start_step = 0
         state = last_state(self.config.paths.checkpoints_index) if self.t.resume else None
@@ -207,14 +208,14 @@ class Trainer:
                 f"the run already reached step {start_step} of {self.t.num_steps}; nothing left to train"
             )
         await asyncio.to_thread(self.backend.prepare, self._waiting_for_model)
-        if self.recorder.status.phase == "waiting_for_model":
-            self.recorder.update(phase="loading_model")
+        if self.recorder.status.phase == TrainerPhase.WAITING_FOR_MODEL:
+            self.recorder.update(phase=TrainerPhase.LOADING_MODEL)
         self.ready.set()
         return start_step
 
     def _waiting_for_model(self, seconds: float) -> None:
         """A remote service is still queueing our model: say so in trainer_status.json."""
-        self.recorder.update(phase="waiting_for_model", model_wait_s=round(seconds, 1))
+        self.recorder.update(phase=TrainerPhase.WAITING_FOR_MODEL, model_wait_s=round(seconds, 1))
 
     def _serve(self) -> None:
         port = self.config.ports.inference
@@ -271,26 +272,26 @@ class Trainer:
         for step in range(start_step + 1, self.t.num_steps + 1):
             if self.stop.is_set():
                 return False
-            self.recorder.update(phase="waiting_for_batch")
+            self.recorder.update(phase=TrainerPhase.WAITING_FOR_BATCH)
             waited_from = time.monotonic()
             batch = await client.get_batch(self.stop)
             if batch is None:
                 return False
             began = time.monotonic()
-            self.recorder.update(phase="training")
+            self.recorder.update(phase=TrainerPhase.TRAINING)
             metrics = await asyncio.to_thread(self._train_step, step, batch, adam)
             metrics["time/wait_for_batch"] = began - waited_from
             if self.batcher is not None:
                 metrics.update(self.batcher.step_metrics())
-            metrics["time/step_seconds"] = time.monotonic() - began
+            metrics[STEP_SECONDS_KEY] = time.monotonic() - began
             line = self.recorder.metrics(step, metrics)
             self.recorder.update(step=step)
             self._log_wandb(step, line)
             log.info("step %d/%d reward/mean=%.3f loss=%.4f %.1fs", step, self.t.num_steps,
-                     metrics["reward/mean"], metrics["train/loss"], metrics["time/step_seconds"])
+                     metrics[REWARD_KEY], metrics[LOSS_KEY], metrics[STEP_SECONDS_KEY])
             interval = self.t.save_checkpoint_interval
             if interval and step % interval == 0 and step < self.t.num_steps:
-                self.recorder.update(phase="saving")
+                self.recorder.update(phase=TrainerPhase.SAVING)
                 await asyncio.to_thread(self._save, step, False)
         return True
 
@@ -301,7 +302,7 @@ class Trainer:
         if sampler_path is not None:
             self.recorder.checkpoint(step, "sampler", sampler_path)
             self._recorded_sampler = (step, sampler_path)
-        metrics: dict[str, Any] = {"train/loss": result.loss, "train/learning_rate": adam.learning_rate}
+        metrics: dict[str, Any] = {LOSS_KEY: result.loss, "train/learning_rate": adam.learning_rate}
         metrics.update(batch_metrics(stats))
         metrics.update(logprob_metrics(examples, result))
         metrics.update(result.extra)
@@ -327,13 +328,13 @@ class Trainer:
     async def _finish(self, finished: bool) -> None:
         step = self.recorder.status.step
         if step > self.last_state_step or (finished and self.final_weights is None):
-            self.recorder.update(phase="saving")
+            self.recorder.update(phase=TrainerPhase.SAVING)
             self.final_weights = await asyncio.to_thread(self._save, step, finished)
         if finished:
-            self.recorder.update(phase="done", final_weights=self.final_weights)
+            self.recorder.update(phase=TrainerPhase.DONE, final_weights=self.final_weights)
             log.info("training complete: %d steps, final weights %s", step, self.final_weights)
         else:
-            self.recorder.update(phase="stopped", final_weights=self.final_weights)
+            self.recorder.update(phase=TrainerPhase.STOPPED, final_weights=self.final_weights)
             log.info("stopped (%s) after step %d; checkpoint %s", self.stop_reason, step, self.final_weights)
 
     # --- W&B (optional, never required) -----------------------------------------------------
