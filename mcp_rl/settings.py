@@ -47,11 +47,6 @@ def _words(value: str | None) -> list[str]:
     return (value or "").replace(",", " ").split()
 
 
-def _words(value: str | None) -> list[str]:
-    """A list written with commas and/or spaces."""
-    return (value or "").replace(",", " ").split()
-
-
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -126,9 +121,6 @@ class Settings(BaseModel):
     # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
     http_token: SecretStr | None = None
     http_allowed_hosts: list[str] = []
-    # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
-    http_token: SecretStr | None = None
-    http_allowed_hosts: list[str] = []
     # Sampling requests a remote backend (Tinker) serves at once; the local model stays serial.
     remote_sampling_concurrency: int = 32
     # The local sampler batches requests that arrive together: after a first request it waits
@@ -168,8 +160,6 @@ class Settings(BaseModel):
             wandb_mode=env.get("WANDB_MODE") or None,
             openrouter_api_key=_secret(env, "OPENROUTER_API_KEY"),
             openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
-            http_token=_secret(env, "MCP_RL_TOKEN"),
-            http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             http_token=_secret(env, "MCP_RL_TOKEN"),
             http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
