@@ -25,6 +25,10 @@ from typing import Any
 from pydantic import BaseModel
 
 BASE_CLASS = "BaseEnv"
+# atroposlib's own BaseEnv subclasses that environments derive from (the later upstream
+# atroposlib has these; an environment using one then says so when selected).
+BASE_CLASSES = frozenset({BASE_CLASS, "StatefulToolEpisodeEnv", "TeacherDistillationEnv"})
+_BASE_BYTES = tuple(name.encode() for name in BASE_CLASSES)
 # Markers of a project root: config_init() of some environments reads files relative to it.
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Folders that never hold an environment (plus any hidden folder and any virtualenv).
@@ -166,7 +170,7 @@ def top_level_imports(tree: ast.Module) -> list[str]:
 def parse_file(path: Path) -> list[EnvironmentInfo]:
     """Environment classes defined in one file (raises SyntaxError/OSError/ValueError)."""
     data = path.read_bytes()
-    if BASE_CLASS.encode() not in data:
+    if not any(name in data for name in _BASE_BYTES):
         return []  # cheap pre-filter: most files of a repository are not environments
     tree = ast.parse(data.decode("utf-8"), filename=str(path))
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
@@ -176,7 +180,7 @@ def parse_file(path: Path) -> list[EnvironmentInfo]:
     while changed:
         changed = False
         for cls in classes:
-            if cls.name not in env_classes and any(b == BASE_CLASS or b in env_classes for b in _base_names(cls)):
+            if cls.name not in env_classes and any(b in BASE_CLASSES or b in env_classes for b in _base_names(cls)):
                 env_classes.add(cls.name)
                 changed = True
     if not env_classes:

@@ -210,6 +210,19 @@ def load_failure(env: EnvironmentInfo, failure: dict[str, Any], log_tail: list[s
                 f"check the imports of {env.file_path}."
             )
         return UserError(missing_dependency(str(module), env.file_path, env.project_root).sentence(env.name))
+    if failure.get("kind") == "missing_name" and module:
+        top = str(module).split(".")[0]
+        if top == "atroposlib":
+            installed = f"mcp-rl runs with atroposlib {_atroposlib_version()}, its final release"
+        else:
+            try:
+                installed = f"{top} {metadata.version(top)} is installed"
+            except (metadata.PackageNotFoundError, ValueError):
+                installed = f"the installed {top} lacks it"
+        return UserError(
+            f"Environment {env.name!r} needs a different version of {top}: {failure.get('message')} "
+            f"({installed}). Use an environment written for that version, or adapt {env.file_path}."
+        )
     traceback_lines = [line.rstrip() for chunk in failure.get("traceback") or [] for line in chunk.splitlines()]
     return UserError(
         f"Environment {env.name!r} failed to load: {failure.get('message', 'unknown error')}. "

@@ -160,9 +160,11 @@ def introspect(file_path: Path, class_name: str, project_root: Path) -> dict[str
 def failure(exc: BaseException) -> dict[str, Any]:
     """A load failure as data: a missing module is named, so the parent can say what to install."""
     missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    # `from atroposlib.envs import X` where the installed module has no X: a version mismatch.
+    missing_name = isinstance(exc, ImportError) and not missing and str(exc).startswith("cannot import name")
     return {
-        "kind": "missing_module" if missing else "error",
-        "module": missing,
+        "kind": "missing_module" if missing else "missing_name" if missing_name else "error",
+        "module": missing or (exc.name if isinstance(exc, ImportError) else None),
         "message": _one_line(exc),
         "traceback": traceback.format_exception(exc)[-LOG_TAIL_LINES:],
     }

@@ -47,6 +47,7 @@ def test_nested_repository_is_listed_with_selectable_names():
         "game_environments/counter/counter",
         "multilingual",
         "needs_fields",
+        "browse",  # derives from an atroposlib base class newer than the installed release
     }
     # Never searched: tests/ and a virtualenv (any folder with pyvenv.cfg).
     assert not {"shadow_test", "venv_only"} & {e.name for e in catalog.environments}
@@ -137,6 +138,9 @@ def test_selecting_every_environment_of_the_repository(home: Path):
         assert "needs the Python module 'langdetect'" in text and "requirements.txt" in text
         assert f"{sys.executable} -m pip install langdetect" in text
         assert service.store.read().environment.name == "needs_fields"  # a failed select changes nothing
+
+        with pytest.raises(UserError, match="needs a different version of atroposlib.*StatefulToolEpisodeEnv"):
+            service.select("browse")
 
         other = service.select("game_environments/counter/counter")
         assert other.environment == "game_environments/counter/counter"
