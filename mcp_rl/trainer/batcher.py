@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +27,16 @@ from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
 
 log = logging.getLogger(__name__)
+
+# Set by the inference server around the request a worker thread serves: says whether its
+# client is still there. A request whose client left while it waited is never sampled (Atropos
+# cancels its workers whenever its queue is full; sampling for nobody takes the CPU from the
+# trainer).
+still_wanted: ContextVar[Callable[[], bool] | None] = ContextVar("still_wanted", default=None)
+
+
+class RequestAbandoned(Exception):
+    """The request's client left before its batch started."""
 
 
 @runtime_checkable
@@ -51,6 +63,10 @@ class _Pending:
     request: SamplingRequest
     future: Future[list[SampledSequence]]
     arrived: float
+    wanted: Callable[[], bool] | None = None
+
+    def abandoned(self) -> bool:
+        return self.wanted is not None and not self.wanted()
 
 
 class BatchingSampler(Sampler):
@@ -85,7 +101,7 @@ class BatchingSampler(Sampler):
         with self._cond:
             if self._closed:
                 raise RuntimeError("the sampler is closed")
-            self._pending.append(_Pending(request, future, time.monotonic()))
+            self._pending.append(_Pending(request, future, time.monotonic(), still_wanted.get()))
             self._cond.notify_all()
         return future.result()
 
@@ -120,7 +136,8 @@ class BatchingSampler(Sampler):
     # --- the collector thread ---------------------------------------------------------------
     def _take(self) -> list[_Pending] | None:
         """The next batch (None once closed): wait for a first request, then up to `window_s`
-        for company, and take what fits in `max_sequences` (always at least one request)."""
+        for company, drop the requests whose clients left, and take what fits in
+        `max_sequences` (at least one request when any is left)."""
         with self._cond:
             while not self._pending and not self._closed:
                 self._cond.wait()
@@ -132,6 +149,9 @@ class BatchingSampler(Sampler):
                 if left <= 0:
                     break
                 self._cond.wait(left)
+            for item in [p for p in self._pending if p.abandoned()]:
+                self._pending.remove(item)
+                item.future.set_exception(RequestAbandoned("the client left before sampling began"))
             batch, total = [], 0
             while self._pending:
                 n = max(1, self._pending[0].request.n)
@@ -147,7 +167,8 @@ class BatchingSampler(Sampler):
     def _collect(self) -> None:
         try:
             while (batch := self._take()) is not None:
-                self._run(batch)
+                if batch:  # empty when every waiting request was abandoned
+                    self._run(batch)
         finally:
             # Whatever ended this thread, no caller is left waiting on a batch nobody will run.
             self.close(timeout_s=0)

@@ -21,6 +21,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
+from mcp_rl.trainer.batcher import RequestAbandoned, still_wanted
 
 log = logging.getLogger(__name__)
 
@@ -273,13 +274,23 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
         async with gate:
             if await request.is_disconnected():
                 return Response(status_code=499)
+            # A batching sampler queues the request again; it skips it if the client leaves
+            # meanwhile (the worker thread sees `still_wanted` through the copied context).
+            gone = threading.Event()
+            token = still_wanted.set(lambda: not gone.is_set())
+            watcher = asyncio.create_task(_watch_disconnect(request, gone))
             try:
                 return await anyio.to_thread.run_sync(fn, req, limiter=limiter)
+            except RequestAbandoned:
+                return Response(status_code=499)
             except ValueError as exc:
                 raise HTTPException(status_code=400, detail=str(exc)) from exc
             except Exception as exc:  # reported to the caller, logged here with its traceback
                 log.exception("inference failed")
                 raise HTTPException(status_code=500, detail=f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                watcher.cancel()
+                still_wanted.reset(token)
 
     @app.get("/health")
     def health() -> JSONResponse:
@@ -306,6 +317,15 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
         return await _run(service.chat_completions, req, request)
 
     return app
+
+
+async def _watch_disconnect(request: Request, gone: threading.Event, interval_s: float = 0.25) -> None:
+    """Set `gone` when the client disconnects (cancelled once the request is answered)."""
+    import asyncio
+
+    while not await request.is_disconnected():
+        await asyncio.sleep(interval_s)
+    gone.set()
 
 
 class ServerThread:

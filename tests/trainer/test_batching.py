@@ -270,3 +270,51 @@ def test_readers_share_the_weights_and_a_writer_waits_for_them_and_holds_back_ne
         t.join(5)
         assert not t.is_alive()
     assert events[3:] == ["r1 out", "writer", "r3 in", "r3 out"]
+
+
+# --- through the inference server -----------------------------------------------------------
+class FakeTokenizer:
+    def decode(self, tokens: list[int], **_: Any) -> str:
+        return " ".join(str(t) for t in tokens)
+
+
+def test_a_request_whose_client_left_while_queued_is_never_sampled():
+    """Atropos cancels its workers when its queue is full: what they asked for and no longer
+    wait for must not be sampled (the CPU goes to the trainer)."""
+    import httpx
+
+    from mcp_rl.trainer.inference_server import (
+        InferenceService,
+        ServerThread,
+        build_app,
+    )
+    from tests.trainer.run_harness import free_port
+
+    gate = threading.Event()
+    backend = FakeBatchBackend(gate=gate)
+    backend.tokenizer = FakeTokenizer()
+    sampler = BatchingSampler(backend, window_s=0.0, max_sequences=4)
+    server = ServerThread(build_app(InferenceService(sampler), sampling_concurrency=sampler.max_requests),
+                          "127.0.0.1", free_port())
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/generate"
+    try:
+        first: dict[str, Any] = {}
+        held = threading.Thread(target=lambda: first.update(
+            reply=httpx.post(url, json={"input_ids": [1]}, timeout=10).json()))
+        held.start()
+        assert backend.entered.wait(5)
+        # This client gives up while its request waits behind the first batch.
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(url, json={"input_ids": [2]}, timeout=0.3)
+        assert wait_until(lambda: sampler._pending and sampler._pending[0].abandoned())
+        gate.set()
+        held.join(10)
+        assert first["reply"]["output_ids"] == [1]
+        # A later request is served as usual, and the abandoned one never reached the model.
+        assert httpx.post(url, json={"input_ids": [3]}, timeout=10).json()["output_ids"] == [3]
+        assert [r.prompt_tokens for batch in backend.batches for r in batch] == [[1], [3]]
+    finally:
+        gate.set()
+        server.stop()
+        sampler.close()
