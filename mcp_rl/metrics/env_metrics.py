@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.rundir import ENV_METRICS_FILE
+from mcp_rl.rundir import ENV_METRICS_FILE, STEP_KEY, TIME_KEY
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def append_metrics(path: Path, step: int, metrics: dict[str, Any]) -> None:
     numbers_only = numeric_metrics(metrics)
     if not numbers_only:
         return
-    line = json.dumps({"step": int(step), "time": time.time(), **numbers_only})
+    line = json.dumps({STEP_KEY: int(step), TIME_KEY: time.time(), **numbers_only})
     # One write of a whole line, flushed: a reader sees complete lines or an unterminated tail.
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(line + "\n")
