@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.rundir import ENV_METRICS_FILE, STEP_KEY, TIME_KEY
+from mcp_rl.rundir import ENV_METRICS_FILE, RUN_FILE, STEP_KEY, TIME_KEY
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def install_for_run(mode: str, env_args: Sequence[str]) -> Path | None:
     if mode != "serve":
         return None
     config = _option(env_args, "--config")
-    if config is None or Path(config).name != "run.yaml":
+    if config is None or Path(config).name != RUN_FILE:
         return None
     path = Path(config).resolve().parent / ENV_METRICS_FILE
     install(path)

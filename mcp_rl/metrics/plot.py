@@ -9,14 +9,15 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
-from mcp_rl.metrics.store import LOSS_KEY, REWARD_KEY, StepTable
+from mcp_rl.metrics.store import StepTable
+from mcp_rl.rundir import EVAL_PERCENT_CORRECT_KEY, LOSS_KEY, PERCENT_CORRECT_KEY, REWARD_KEY
 
 WIDTH_PX = 800
 HEIGHT_PX = 500
 DPI = 100
 # Enough points for a faithful line at 800 px; longer runs are thinned evenly.
 MAX_PLOT_POINTS = 4000
-_ACCURACY_KEYS = ("train/percent_correct", "eval/percent_correct")
+_ACCURACY_KEYS = (PERCENT_CORRECT_KEY, EVAL_PERCENT_CORRECT_KEY)
 
 
 def _thin(points: Sequence[tuple[int, float]], limit: int = MAX_PLOT_POINTS) -> list[tuple[int, float]]:

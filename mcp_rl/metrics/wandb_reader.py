@@ -24,7 +24,8 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from mcp_rl.metrics.store import LOSS_KEY, REWARD_KEY, MetricSummary, goal_of
+from mcp_rl.metrics.store import MetricSummary, goal_of
+from mcp_rl.rundir import LOSS_KEY, REWARD_KEY
 
 log = logging.getLogger(__name__)
 

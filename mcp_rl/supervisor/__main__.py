@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mcp_rl import processes
 from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import RUN_FILE
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launch import build_specs
 from mcp_rl.supervisor.ports import allocate_ports
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None, build: Callable[..., list[ProcessSpec]] 
 
     settings = Settings.from_env()
     registry = Registry(settings.state_db)
-    config_path = (args.run_dir / "run.yaml").resolve()
+    config_path = (args.run_dir / RUN_FILE).resolve()
     config = RunConfig.load(config_path)
     run_id = config.run_id
 
