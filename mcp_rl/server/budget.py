@@ -42,6 +42,13 @@ class CallBudget:
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
+    def part(self, seconds: float) -> CallBudget:
+        """A budget ending `seconds` from now, or with this one, whichever comes first."""
+        part = CallBudget(self.budget_s)
+        part.started = self.started
+        part.deadline = min(self.deadline, time.monotonic() + seconds)
+        return part
+
 
 class Progress:
     """Progress notifications for one call (a no-op when the client sent no progress token).

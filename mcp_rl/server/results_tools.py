@@ -179,7 +179,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         if include_plot:
             # Drawing may not take the rest of the budget: past its share the plot is left out
             # (it is still drawn in the background, so the next call or the resource has it).
-            share = CallBudget(budget.remaining() * PLOT_SHARE + 2.0)
+            share = budget.part(budget.remaining() * PLOT_SHARE)
             run_dir = Path(results.run_dir)
             drawn, png, _ = await run_within(
                 state.jobs, f"plot:{run_id}", "drawing the reward plot", lambda: plots.png_sync(run_id, run_dir), share, progress

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +27,7 @@ from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.models import RunList, RunMetrics, RunStarted, RunStatus, StopResult
-from mcp_rl.supervisor.states import RunState
+from mcp_rl.supervisor.states import TERMINAL_STATES, RunState
 
 log = logging.getLogger(__name__)
 
@@ -172,11 +173,45 @@ def _start_answer(started: RunStarted, revision: str, key: str | None) -> StartA
     return answer
 
 
-def _slice(budget: CallBudget, seconds: float) -> CallBudget:
-    """A budget ending `seconds` from now, or with `budget`, whichever is first."""
-    part = CallBudget(seconds)
-    part.deadline = min(budget.deadline, part.started + seconds)
-    return part
+STOP_AGAIN = (
+    " The stop goes on in the background: call rl_stop_training(run_id) again (or rl_wait_for_run(run_id)) "
+    "to wait for its end."
+)
+
+
+def _stop_answer(result: StopResult, seconds: float) -> StopAnswer:
+    in_progress = result.status == RunState.STOPPING
+    message = result.message + (STOP_AGAIN if in_progress else "")
+    return StopAnswer(
+        **{**result.model_dump(), "message": message, "in_progress": in_progress}, stopping_for_s=round(seconds, 1)
+    )
+
+
+def _alive(status: RunStatus) -> list[int]:
+    return [p.pid for p in status.processes.values() if p.alive and p.pid]
+
+
+async def _wait_for_stop(settings: Any, run_id: str, budget: CallBudget, progress: Progress) -> StopAnswer:
+    """Wait within `budget` for a stopping run to end and its processes to be gone; answer with
+    what is left of it."""
+    started = time.monotonic()
+    while True:
+        status = await anyio.to_thread.run_sync(lambda: service.run_status(settings, run_id))
+        finished = status.status in TERMINAL_STATES and not _alive(status)
+        if finished or budget.remaining() <= 0:
+            break
+        await progress.report(await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, time.monotonic() - started)))
+        await anyio.sleep(min(0.5, budget.remaining()))
+    left = _alive(status)
+    if not finished:
+        message = f"Run {run_id} is {status.status}; its processes are still being ended (pids {left})." + STOP_AGAIN
+    else:
+        message = f"Run {run_id} {status.status}" + (f": {status.cause}." if status.cause else ".")
+        message += " No process of the run is left."
+    return StopAnswer(
+        run_id=run_id, status=status.status, was_running=True, message=message, processes_left=left,
+        in_progress=not finished, stopping_for_s=round(time.monotonic() - started, 1),
+    )
 
 
 def _stop_progress(settings: Any, run_id: str, seconds: float) -> str:
@@ -311,28 +346,26 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """
         budget = CallBudget(budget_s)
         progress = Progress(ctx, budget)
-        job = jobs.start(f"stop:{run_id}", f"stopping run {run_id}", lambda: service.stop_run(settings, run_id))
+        before = await anyio.to_thread.run_sync(lambda: service.run_status(settings, run_id))
+        if before.status == RunState.STOPPING or (before.status in TERMINAL_STATES and _alive(before)):
+            # A stop is under way (an earlier call's, another server's, or a detached stopper
+            # ending what is left): wait for its end instead of starting another.
+            return await _wait_for_stop(settings, run_id, budget, progress)
+        # stop_run answers within the budget it is given (a detached stopper finishes what does
+        # not fit); the job is the safety net should it ever overrun.
+        job = jobs.start(
+            f"stop:{run_id}", f"stopping run {run_id}",
+            lambda: service.stop_run(settings, run_id, budget_s=budget.remaining()),
+        )
         while not job.done.is_set() and budget.remaining() > 0:
-            await wait_job(job, _slice(budget, 2.0), progress)
+            await wait_job(job, budget.part(2.0), progress)
             if not job.done.is_set():
                 await progress.report(await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for())))
         if job.done.is_set():
             jobs.forget(job)
             result: StopResult = job.outcome()
-            return StopAnswer(**result.model_dump())
-        current = await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for()))
-        return StopAnswer(
-            run_id=run_id,
-            status=RunState.STOPPING,
-            was_running=True,
-            in_progress=True,
-            stopping_for_s=round(job.running_for(), 1),
-            message=(
-                f"Run {run_id} is stopping ({current}). The trainer may take its grace period to save a "
-                "checkpoint; the stop goes on in the background. Call rl_stop_training(run_id) again to wait "
-                "for the end (or rl_wait_for_run(run_id))."
-            ),
-        )
+            return _stop_answer(result, job.running_for())
+        return await _wait_for_stop(settings, run_id, budget, progress)
 
     @mcp.tool(title="List training runs", annotations=RECONCILING_READ)
     @tool_errors

@@ -9,10 +9,6 @@ loopback; the server, the smoke-test worker, the environment and the run's proce
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,22 +17,16 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_rl import processes
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import RunRecord
-from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from tests.conftest import FIXTURES, stdio_params
 from tests.fakes.fake_openrouter import FakeOpenRouter
+from tests.server.stand_ins import stand_in_run
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 BUDGET_S = 45.0  # the default of Settings.tool_time_budget_s
 HOST_TIMEOUT_S = 60.0  # Claude Desktop / the TypeScript SDK
 MODEL = "qwen/qwen3-8b"  # answered by the fake, slowly
-SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
-# A trainer that ignores SIGTERM (as one saving a big checkpoint would): it takes its whole grace.
-STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
 
 
 class Calls:
@@ -60,44 +50,9 @@ class Calls:
         return result.structured_content
 
 
-def _stand_in_run(settings: Settings, run_id: str) -> list[Any]:
-    """A run as the registry knows it, with real processes carrying its marker: a supervisor,
-    an API, an environment and a trainer that ignores SIGTERM; metrics of 3 steps."""
-    registry = service.registry_for(settings)
-    run_dir = settings.runs_dir / run_id
-    (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
-    (run_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s}) + "\n" for s in (1, 2, 3))
-    )
-    now = time.time()
-    registry.create_run(RunRecord(run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING,
-                                  created_at=now, updated_at=now, run_dir=str(run_dir),
-                                  config_path=str(run_dir / "run.yaml")))
-    registry.transition(run_id, RunState.RUNNING, "all processes ready")
-    marker = run_marker(str(run_dir))
-    popens = []
-    for name, argv in (("supervisor", SLEEPER), ("api", SLEEPER), ("env", SLEEPER), ("trainer", STUBBORN)):
-        popen = processes.spawn(argv, run_dir / "logs" / f"{name}.log", dict(os.environ), marker=marker)
-        # Ours to reap once the server has ended them (a zombie would still look alive).
-        threading.Thread(target=popen.wait, daemon=True).start()
-        ident = None
-        deadline = time.monotonic() + 10
-        while ident is None or ident.marker != marker:
-            assert time.monotonic() < deadline, f"{name} stand-in did not come up"
-            ident = processes.identify(popen.pid)
-        if name == "supervisor":
-            registry.update_run(run_id, supervisor_pid=ident.pid, supervisor_create_time=ident.create_time)
-        else:
-            registry.set_process(run_id, name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid,
-                                 create_time=ident.create_time)
-        popens.append(popen)
-    return popens
-
-
 async def test_every_call_answers_within_the_budget_and_late_work_is_collected(home: Path) -> None:
     settings = Settings.from_env({"MCP_RL_HOME": str(home)})
-    popens = _stand_in_run(settings, "stop1234")
+    popens = stand_in_run(settings, "stop1234")
     try:
         with FakeOpenRouter(latency_s=BUDGET_S + 5) as fake:
             params = stdio_params(

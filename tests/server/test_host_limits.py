@@ -266,3 +266,32 @@ async def test_log_and_metrics_answers_are_byte_capped_and_say_how_to_get_more(h
     latest = status["metrics"]["latest"]
     assert len(json.dumps(latest)) <= LATEST_MAX_BYTES + 200 and "more keys" in latest["_more"]
     assert status["metrics"]["step"] == 4 and status["metrics"]["reward_mean"] == 0.4
+
+
+async def test_a_stop_past_the_budget_answers_in_progress_and_the_next_call_collects_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.server.stand_ins import stand_in_run
+
+    monkeypatch.setenv("MCP_RL_TRAINER_STOP_GRACE", "3")  # the trainer ignores SIGTERM for all of it
+    monkeypatch.setenv("MCP_RL_STOP_GRACE", "1")
+    settings = _settings(home, MCP_RL_TOOL_TIME_BUDGET="1.5")
+    popens = stand_in_run(settings, "stop1234")
+    try:
+        async with Client(build_server(settings)) as client:
+            started = time.monotonic()
+            first = (await client.call_tool("rl_stop_training", {"run_id": "stop1234"})).structured_content
+            took = time.monotonic() - started
+            deadline = time.monotonic() + 30
+            while True:
+                last = (await client.call_tool("rl_stop_training", {"run_id": "stop1234"})).structured_content
+                if not last["in_progress"] or time.monotonic() > deadline:
+                    break
+    finally:
+        for popen in popens:
+            if popen.poll() is None:
+                popen.kill()
+    assert first["in_progress"] is True and first["status"] == "stopping" and took < 1.5, (first, took)
+    assert "rl_stop_training(run_id) again" in first["message"]
+    assert first["was_running"] is True
+    assert last["status"] == "stopped" and last["in_progress"] is False and last["processes_left"] == []
