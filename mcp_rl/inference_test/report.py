@@ -194,25 +194,6 @@ def tail_text(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     return text[-limit:]
 
 
-def tail_lines(path: Path, lines: int) -> str:
-    """The last `lines` lines of a text file, read from the end (logs can be large)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            end = fh.tell()
-            block = 64 * 1024
-            data = b""
-            pos = end
-            while pos > 0 and data.count(b"\n") <= lines:
-                step = min(block, pos)
-                pos -= step
-                fh.seek(pos)
-                data = fh.read(step) + data
-    except FileNotFoundError:
-        return ""
-    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
-
-
 def _succeeded(models: Iterable[ModelResult]) -> list[ModelResult]:
     return [m for m in models if m.state == "succeeded"]
 

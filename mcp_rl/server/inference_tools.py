@@ -13,12 +13,13 @@ from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import Field
 
 from mcp_rl.errors import NotFound
-from mcp_rl.inference_test import report, service
+from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import FINAL_MODEL_STATES, InferenceTestResult
 from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.environment_tools import selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
+from mcp_rl.supervisor.tail import tail_lines
 
 # The tool answers within the server's time budget (Settings.tool_time_budget_s); a test still
 # going by then keeps running and is collected with rl_get_test_result(test_id).
@@ -209,7 +210,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         path = service.model_file(settings, test_id, model, "log")
         if not path.is_file():
             raise NotFound(f"No log yet for {model} in test {test_id} (it has not started).")
-        return report.tail_lines(path, max(1, min(tail, 5000)))
+        return "\n".join(tail_lines(path, max(1, min(tail, 5000))))
 
     @mcp.resource(
         "rl://tests/{test_id}/{model}/html",

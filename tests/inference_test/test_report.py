@@ -8,6 +8,7 @@ from pathlib import Path
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import ModelSpec, TestSpec, model_slug
 from mcp_rl.runconfig import EnvironmentRef
+from mcp_rl.supervisor.tail import tail_lines
 
 
 def _group(scores: list[float], question: str = "What is 2 + 3?") -> dict:
@@ -92,6 +93,6 @@ def test_summary_picks_the_best_model_and_says_whether_the_env_works(tmp_path: P
 def test_log_tails(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text("".join(f"line {i}\n" for i in range(10000)), encoding="utf-8")
-    assert report.tail_lines(log, 3) == "line 9997\nline 9998\nline 9999"
+    assert tail_lines(log, 3) == ["line 9997", "line 9998", "line 9999"]
     assert report.tail_text(log, 10) == "line 9999\n"[-10:]
-    assert report.tail_lines(tmp_path / "missing.log", 3) == ""
+    assert tail_lines(tmp_path / "missing.log", 3) == []
