@@ -12,9 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_rl.scored_data import MASKED
 from mcp_rl.trainer.backends.base import TrainingExample
-
-MASKED = -100
 
 
 def group_advantages(scores: list[float], *, normalize_std: bool = True, eps: float = 1e-6) -> list[float]:

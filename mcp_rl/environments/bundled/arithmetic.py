@@ -28,9 +28,8 @@ from atroposlib.envs.base import (
 )
 from pydantic import Field, model_validator
 
-MASKED = -100
-# Atropos's placeholder logprob for prompt positions (never trained on).
-PROMPT_LOGPROB = 1.0
+from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
+
 SYSTEM_PROMPT = "You are a calculator. Reply with only the result."
 FEW_SHOT = (("3 + 4", "7"), ("12 + 5", "17"))
 _ANSWER = re.compile(r"^\s*(-?\d+)\s*\.?\s*$")

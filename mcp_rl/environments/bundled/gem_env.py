@@ -42,12 +42,10 @@ from mcp_rl.environments.gem_returns import (
     token_entropy_estimate,
     training_rewards,
 )
+from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
 
 log = logging.getLogger("mcp_rl.gem_env")
 
-MASKED = -100
-# Atropos's placeholder logprob for prompt tokens (never trained on).
-PROMPT_LOGPROB = 1.0
 # Rounds of `num_envs` episodes a group may take before it is given up (every episode failing).
 MAX_EMPTY_ROUNDS = 3
 

@@ -1,0 +1,13 @@
+"""Atropos's scored-data conventions, shared by the environments that write scored groups and
+the trainer that reads them (stdlib only: the environment processes import it too).
+
+A group's `masks` repeat its `tokens` with every position not to be trained on (the prompt, tool
+output) replaced by MASKED; its `inference_logprobs` hold PROMPT_LOGPROB at those positions.
+"""
+
+from __future__ import annotations
+
+# The label of a token the trainer must not learn (also the ignore index of torch's losses).
+MASKED = -100
+# Atropos's placeholder logprob for prompt positions (never trained on).
+PROMPT_LOGPROB = 1.0
