@@ -31,10 +31,11 @@ from mcp.types import (
 )
 from pydantic import Field
 
-from mcp_rl.errors import NotFound
+from mcp_rl.errors import NotFound, clip
 from mcp_rl.metrics import store
 from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
+from mcp_rl.rundir import is_run_id
 from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
@@ -207,9 +208,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     @resource_errors
     async def run_plot(run_id: str) -> bytes:
-        run_dir = _registry_run_dir(state, run_id) or run_dir_of(settings, run_id)
-        if not (run_dir / "run.yaml").exists():
-            raise NotFound(f"Unknown run_id {run_id!r}; read rl://runs or call rl_list_runs.")
+        # Not a run id (too long for a file name, or a path): unknown, before any file is looked at.
+        run_dir = (_registry_run_dir(state, run_id) or run_dir_of(settings, run_id)) if is_run_id(run_id) else None
+        if run_dir is None or not (run_dir / "run.yaml").exists():
+            raise NotFound(f"Unknown run_id {clip(run_id)}; read rl://runs or call rl_list_runs.")
         return await plots.png(run_id, run_dir)
 
     # --- 2025-11-25 subscriptions (the 2026-07-28 ones are the SDK's listen streams) ------------
