@@ -1,4 +1,4 @@
-"""Synthetic run directories in the shared file formats (team brief), for unit tests.
+"""Synthetic run directories in the run folder's formats (mcp_rl.rundir), for unit tests.
 
 A real local run is exercised by test_real_run.py; these let the reading code be tested on any
 length of run (2,000 steps) and any damage (partial lines) in milliseconds.
@@ -11,7 +11,8 @@ import math
 import time
 from pathlib import Path
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings
+from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings, WandbSettings
+from mcp_rl.rundir import CheckpointRecord, RunPaths, TrainerPhase, TrainerStatus
 from mcp_rl.settings import Settings
 
 
@@ -76,19 +77,16 @@ def write_run(
         weights.mkdir(parents=True)
         (weights / "adapter_config.json").write_text("{}")
         with open(paths.checkpoints_index, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"step": steps, "kind": "sampler", "path": str(weights), "time": now, "final": True}) + "\n")
-    status = {
-        "phase": "done" if state == "completed" else "training",
-        "step": steps,
-        "num_steps": steps,
-        "heartbeat": now,
-        "pid": 1,
-        "final_weights": str(weights) if with_weights else None,
-        "resume_state": None,
-        "error": None,
-        "wandb_url": None,
-    }
-    paths.trainer_status.write_text(json.dumps(status))
+            fh.write(CheckpointRecord(step=steps, kind="sampler", path=str(weights), time=now, final=True).model_dump_json() + "\n")
+    status = TrainerStatus(
+        phase=TrainerPhase.DONE if state == "completed" else TrainerPhase.TRAINING,
+        step=steps,
+        num_steps=steps,
+        heartbeat=now,
+        pid=1,
+        final_weights=str(weights) if with_weights else None,
+    )
+    paths.trainer_status.write_text(status.model_dump_json())
     if state is not None:
         register(settings, run_id, run_dir, state)
     return run_dir
