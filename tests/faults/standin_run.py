@@ -18,7 +18,8 @@ from mcp_rl.supervisor.ports import HOST, allocate_ports
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec
 
 CHILD = str(Path(__file__).resolve().parent.parent / "supervisor" / "child.py")
-TRAINER_DELAY_S = 1.5  # a start-up window to inject faults into
+TRAINER_DELAY_S = 1.5  # start-up windows to inject faults into
+ENV_DELAY_S = 1.0
 STEP_S = 0.4
 TRAINER_TERM_DELAY_S = 1.0  # finishes its step on SIGTERM, like the real trainer
 
@@ -70,7 +71,7 @@ def standin_specs(config: RunConfig, config_path: Path, settings: Settings, poli
         ),
         ProcessSpec(
             "env",
-            [python, CHILD, "--port", str(env_port)],
+            [python, CHILD, "--port", str(env_port), "--delay", str(ENV_DELAY_S)],
             logs / "env.log",
             env,
             readiness.http_ok(f"http://{HOST}:{env_port}/"),

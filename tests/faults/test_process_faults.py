@@ -166,9 +166,10 @@ def _inject(run: StandinRun, target: str, sig: signal.Signals) -> float:
     return time.monotonic()
 
 
-def _reach(run: StandinRun, phase: str) -> None:
+def _reach(run: StandinRun, phase: str, target: str = "trainer") -> None:
     if phase == "startup":
-        wait_for(lambda: run.identity("trainer"), 60, "the trainer to be spawned")
+        spawned = "trainer" if target == "supervisor" else target
+        wait_for(lambda: run.identity(spawned), 60, f"the {spawned} to be spawned")
         assert run.state() == RunState.STARTING
     else:
         wait_for(lambda: run.state() == RunState.RUNNING and run.metrics_lines() >= 2, 90, "two steps of a running run")
@@ -204,6 +205,7 @@ FAILS = [
     ("trainer", signal.SIGKILL, "startup", "trainer (pid"),
     ("api", signal.SIGKILL, "startup", "api (pid"),
     ("supervisor", signal.SIGKILL, "startup", "supervisor (pid"),
+    ("env", signal.SIGKILL, "startup", "env (pid"),
     ("trainer", signal.SIGKILL, "mid-step", "trainer (pid"),
     ("env", signal.SIGKILL, "mid-step", "env (pid"),
     ("api", signal.SIGKILL, "mid-step", "api (pid"),
@@ -219,7 +221,7 @@ def test_a_process_that_dies_or_hangs_fails_the_run_and_leaves_nothing(
 ) -> None:
     run = start_run(*fault_home)
     try:
-        _reach(run, phase)
+        _reach(run, phase, target)
         metrics_before, checkpoints_before = run.metrics_lines(), run.checkpoint_lines()
         fault_at = _inject(run, target, sig)
         # Status calls are what notice a dead supervisor (and hand its leftovers to a stopper).
@@ -254,7 +256,7 @@ def test_a_frozen_process_leaves_the_run_as_it_was_and_stop_ends_everything(
 ) -> None:
     run = start_run(*fault_home)
     try:
-        _reach(run, phase)
+        _reach(run, phase, target)
         metrics_before, checkpoints_before = run.metrics_lines(), run.checkpoint_lines()
         before = run.state()
         _inject(run, target, sig)
@@ -277,6 +279,8 @@ DURING_STOP = [
     ("supervisor", signal.SIGSTOP),
     ("trainer", signal.SIGKILL),
     ("trainer", signal.SIGSTOP),
+    ("api", signal.SIGKILL),
+    ("api", signal.SIGSTOP),
 ]
 
 
