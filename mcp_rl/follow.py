@@ -35,9 +35,12 @@ class LogChunk(BaseModel):
     message: str
 
 
+WaitReason = Literal["step_reached", "state_changed", "ended", "budget_spent"]
+
+
 class RunWait(BaseModel):
     run_id: str
-    reason: Literal["step_reached", "state_changed", "ended", "budget_spent"] = Field(
+    reason: WaitReason = Field(
         description="Why the wait returned: the step came, the state changed, the run had ended, or the time ran out."
     )
     waited_s: float
@@ -120,7 +123,8 @@ async def wait_for_run(
     first = await anyio.to_thread.run_sync(service.run_status, settings, run_id)
     first_step = first.metrics.step if first.metrics else None
     target = until_step if until_step is not None else (first_step or 0) + 1
-    status, reason = first, None
+    status = first
+    reason: WaitReason | None = None
     reported = -1.0
     while True:
         step = status.metrics.step if status.metrics else None

@@ -83,15 +83,15 @@ class SelectAnswer(SelectResult):
     """rl_select_environment's answer: selected, or still loading in the background."""
 
     status: Literal["selected", "loading"] = Field(
-        "selected", description="loading: the environment is still being imported; nothing is selected yet."
+        default="selected", description="loading: the environment is still being imported; nothing is selected yet."
     )
     class_name: str | None = None  # type: ignore[assignment]
     file_path: str | None = None  # type: ignore[assignment]
     config_class: str | None = None  # type: ignore[assignment]
     config_source: str | None = None  # type: ignore[assignment]
     configurable_fields: int | None = None  # type: ignore[assignment]
-    loading_for_s: float | None = Field(None, description="While loading: seconds the import has taken so far.")
-    revision: str | None = Field(None, description=REVISION_DOC)
+    loading_for_s: float | None = Field(default=None, description="While loading: seconds the import has taken so far.")
+    revision: str | None = Field(default=None, description=REVISION_DOC)
 
 
 class CurrentConfigAnswer(CurrentConfig):
@@ -226,8 +226,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 "Select one with rl_select_environment(name); its config fields are then loaded.",
                 "Smoke-test it with rl_test_inference before training.",
                 "Add folders of environments with the MCP_RL_ENV_PATHS environment variable.",
-                "GEM environments: rl_list_environments(filter='game') lists the game ids; select one by id, "
-                "e.g. rl_select_environment('game:GuessTheNumber-v0-easy').",
+                (
+                    "GEM environments: rl_list_environments(filter='game') lists the game ids; select one by id, "
+                    "e.g. rl_select_environment('game:GuessTheNumber-v0-easy')."
+                ),
             ],
             gem=_gem_summary(gem),
             gem_environments=gem_page,

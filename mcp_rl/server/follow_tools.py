@@ -15,7 +15,12 @@ from mcp_rl import follow
 from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.errors import tool_errors
-from mcp_rl.server.training_tools import RECONCILE_NOTE, RECONCILING_READ, RunId, bounded_latest
+from mcp_rl.server.training_tools import (
+    RECONCILE_NOTE,
+    RECONCILING_READ,
+    RunId,
+    bounded_latest,
+)
 from mcp_rl.supervisor.states import LOG_NAMES
 
 READ_LOG = ToolAnnotations(read_only_hint=True, open_world_hint=False)

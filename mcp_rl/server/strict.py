@@ -14,6 +14,7 @@ import reprlib
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from pydantic import ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -79,13 +80,13 @@ def make_strict(mcp: MCPServer) -> None:
                     raise PydanticCustomError("unknown_argument", "{detail}", {"detail": message})
             return data
 
-        strict = type(
+        strict: type[ArgModelBase] = type(
             base.__name__,
             (base,),
             {
                 "__module__": base.__module__,
                 "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
-                "refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),
+                "refuse_unknown": model_validator(mode="before")(classmethod(refuse_unknown)),  # type: ignore[arg-type]
             },
         )
         tool.fn_metadata.arg_model = strict

@@ -26,7 +26,13 @@ from mcp_rl.server.budget import CallBudget, Progress, wait_job
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.models import RunList, RunMetrics, RunStarted, RunStatus, StopResult
+from mcp_rl.supervisor.models import (
+    RunList,
+    RunMetrics,
+    RunStarted,
+    RunStatus,
+    StopResult,
+)
 from mcp_rl.supervisor.states import TERMINAL_STATES, RunState
 
 log = logging.getLogger(__name__)

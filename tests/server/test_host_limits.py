@@ -37,6 +37,11 @@ REQUIRED = {
 }
 
 
+def append(path: Path, text: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(text)
+
+
 def _settings(home: Path, **extra: str) -> Settings:
     return Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=GOOD, **extra))
 
@@ -115,7 +120,7 @@ async def test_same_idempotency_key_returns_the_first_run(home: Path, no_launch:
     assert no_launch == [a["run_id"], c["run_id"]]
     # The answer says exactly what it trains.
     assert a["environment"] == "counting" and a["trainer"]["num_steps"] == a["num_steps"]
-    assert f"Training counting" in a["message"] and a["revision"] in a["message"]
+    assert "Training counting" in a["message"] and a["revision"] in a["message"]
 
 
 async def test_a_stale_revision_is_refused_and_nothing_starts(home: Path, no_launch: list[str]) -> None:
@@ -196,8 +201,7 @@ async def test_a_log_is_followed_by_cursor_without_rereading(home: Path) -> None
         tail = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "max_bytes": 95})).structured_content
         head = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": 0, "max_bytes": 25})).structured_content
         nxt = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": head["next_cursor"], "max_bytes": 25})).structured_content
-        with open(log, "a") as fh:
-            fh.write("new line\n")
+        append(log, "new line\n")
         new = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": tail["next_cursor"]})).structured_content
         bad = await client.call_tool("rl_read_log", {"run_id": "abc12345", "process": "../../state.db"})
     assert tail["text"].splitlines() == [f"line {i:04d}" for i in range(991, 1000)] and tail["at_end"]
@@ -251,9 +255,7 @@ async def test_log_and_metrics_answers_are_byte_capped_and_say_how_to_get_more(h
     run_dir = _record_run(settings, "abc12345")
     (run_dir / "logs" / "trainer.log").write_text("".join(f"{i:05d} " + "x" * 94 + "\n" for i in range(5000)))
     wide = {"step": 4, "reward/mean": 0.4, "train/loss": 0.2, **{f"env/metric_{i}": "y" * 40 for i in range(300)}}
-    with open(run_dir / "metrics.jsonl", "a") as fh:
-        for _ in range(100):
-            fh.write(json.dumps(wide) + "\n")
+    append(run_dir / "metrics.jsonl", (json.dumps(wide) + "\n") * 100)
     async with Client(build_server(settings)) as client:
         log = (await client.read_resource("rl://runs/abc12345/logs/trainer?tail=5000")).contents[0].text
         metrics = (await client.read_resource("rl://runs/abc12345/metrics")).contents[0].text
