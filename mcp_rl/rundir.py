@@ -230,7 +230,7 @@ def _parse_all(lines: list[str]) -> list[dict[str, Any]]:
     """All lines as one JSON array (twice as fast as line by line); [] if any line is not an
     object on its own, and the caller then parses line by line to skip just the bad ones."""
     try:
-        values = json.loads("[" + ",".join(lines) + "]")
+        values: list[dict[str, Any]] = json.loads("[" + ",".join(lines) + "]")
     except ValueError:
         return []
     if len(values) != len(lines) or not all(isinstance(v, dict) for v in values):
