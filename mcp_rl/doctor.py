@@ -168,7 +168,7 @@ def check_state_dir(settings: Settings) -> Check:
 
 
 def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
-    from mcp_rl.supervisor.ports import allocate_ports, port_is_free
+    from mcp_rl.ports import allocate_ports, port_is_free
 
     try:
         allocate_ports(3)

@@ -52,10 +52,10 @@ from mcp_rl.inference_test.models import (
     TestState,
     WorkerRecord,
 )
+from mcp_rl.ports import allocate_ports
+from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
-from mcp_rl.supervisor.ports import allocate_ports
-from mcp_rl.processes import identify, spawn, stop_group
 
 log = logging.getLogger("mcp_rl.inference_test")
 

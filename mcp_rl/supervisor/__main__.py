@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mcp_rl import processes
+from mcp_rl.ports import allocate_ports
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import RUN_FILE
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launch import build_specs
-from mcp_rl.supervisor.ports import allocate_ports
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec, RunSupervisor

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mcp_rl.ports import HOST
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import readiness
-from mcp_rl.supervisor.ports import HOST
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec
 
 

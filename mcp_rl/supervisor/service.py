@@ -21,6 +21,7 @@ import psutil
 from mcp_rl import processes
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
 from mcp_rl.metrics import store
+from mcp_rl.ports import port_is_free
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     ENV_METRICS_FILE,
@@ -46,7 +47,6 @@ from mcp_rl.supervisor.models import (
     StopResult,
     log_uri,
 )
-from mcp_rl.supervisor.ports import port_is_free
 from mcp_rl.supervisor.reconcile import (
     end_leftovers,
     launch_stopper,

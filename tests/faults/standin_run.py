@@ -10,11 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mcp_rl.ports import HOST, allocate_ports
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import readiness
 from mcp_rl.supervisor.__main__ import main
-from mcp_rl.supervisor.ports import HOST, allocate_ports
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec
 
 CHILD = str(Path(__file__).resolve().parent.parent / "supervisor" / "child.py")

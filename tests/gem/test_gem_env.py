@@ -15,8 +15,8 @@ import pytest
 
 from mcp_rl.environments.gem_returns import normalize_returns
 from mcp_rl.environments.loader import load_env_class
+from mcp_rl.ports import allocate_ports
 from mcp_rl.settings import bundled_environments_dir
-from mcp_rl.supervisor.ports import allocate_ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 EASY = "game:GuessTheNumber-v0-easy"

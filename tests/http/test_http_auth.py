@@ -31,7 +31,7 @@ from mcp_rl.http_auth import (
     is_loopback,
     is_wildcard,
 )
-from mcp_rl.supervisor.ports import allocate_ports
+from mcp_rl.ports import allocate_ports
 from tests.conftest import REPO, make_env
 
 TOKEN = "test-token-4f1c2a9e-never-logged"

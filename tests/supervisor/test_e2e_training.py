@@ -20,9 +20,9 @@ import pytest
 from mcp import Client
 
 from mcp_rl import processes
+from mcp_rl.ports import port_is_free
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.ports import port_is_free
 from tests.conftest import make_env, stdio_params
 from tests.mcp_helpers import SHORT_RUN as SHORT
 from tests.mcp_helpers import ok

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import socket
 
-from mcp_rl.supervisor.ports import allocate_ports, port_is_free
+from mcp_rl.ports import allocate_ports, port_is_free
 
 
 def test_allocated_ports_are_free_distinct_and_avoid_given_ones() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.supervisor import readiness
-from mcp_rl.supervisor.ports import allocate_ports, port_is_free
 from mcp_rl.supervisor.registry import Registry, RunRecord
 from mcp_rl.supervisor.states import ProcState, RunState
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec, RunSupervisor
