@@ -105,11 +105,10 @@ async def get_results(
     run_id: str,
     *,
     cache: dict[str, Any] | None = None,
-    wandb_api_factory: Any = None,
 ) -> RunResults:
     """Results of `run_id`: the local record, then W&B. Raises NotFound for an unknown run."""
     results, query = await anyio.to_thread.run_sync(local_results, settings, run_id)
-    report = await _wandb_report(query, cache, wandb_api_factory)
+    report = await _wandb_report(query, cache)
     _merge_wandb(results, report)
     if report.mode == "offline":
         offline = sorted((Path(results.run_dir) / "wandb").glob("offline-run-*"))
@@ -179,12 +178,12 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
     return results, wandb_query(settings, run_id, config)
 
 
-async def _wandb_report(query: WandbQuery, cache: dict[str, Any] | None, factory: Any) -> WandbReport:
+async def _wandb_report(query: WandbQuery, cache: dict[str, Any] | None) -> WandbReport:
     key = f"wandb:{query.entity}/{query.project}/{query.group}"
     now = time.monotonic()
     if cache is not None and key in cache and now - cache[key][0] < WANDB_CACHE_TTL_S:
         return cache[key][1]
-    report = await lookup(query, factory)
+    report = await lookup(query)
     # Only a real answer is reused; a failure is retried on the next call.
     if cache is not None and report.mode == "online" and report.runs:
         cache[key] = (now, report)

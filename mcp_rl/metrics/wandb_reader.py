@@ -18,7 +18,6 @@ import hashlib
 import logging
 import re
 import threading
-from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio
@@ -185,7 +184,7 @@ def skipped(query: WandbQuery) -> WandbReport | None:
     return None
 
 
-async def lookup(query: WandbQuery, api_factory: Callable[[WandbQuery], Any] | None = None) -> WandbReport:
+async def lookup(query: WandbQuery) -> WandbReport:
     """The W&B view of a run, within `query.timeout_s`; never raises.
 
     The blocking client runs in a worker thread that is abandoned at the deadline: the tool
@@ -194,10 +193,8 @@ async def lookup(query: WandbQuery, api_factory: Callable[[WandbQuery], Any] | N
     early = skipped(query)
     if early is not None:
         return early
-    factory = api_factory or _default_api
-
     def work() -> WandbReport:
-        return read_runs(factory(query), query)
+        return read_runs(_default_api(query), query)
 
     base = WandbReport(mode=query.mode, entity=query.entity, project=query.project, group=query.group)
     try:

@@ -16,13 +16,13 @@ import pytest
 from mcp import Client
 from mcp.types import ImageContent, ResourceLink, TextContent
 
-from mcp_rl.metrics import store
+from mcp_rl.metrics import store, wandb_reader
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX
 from mcp_rl.metrics.results import get_results
 from mcp_rl.server.app import build_server
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
-from tests.fakes.fake_wandb import FakeWandbApi, recorded_group
+from tests.fakes.wandb_server import API_KEY, ENTITY, WandbServer, recorded_group
 from tests.metrics.rundirs import reward_at, write_run
 
 MODES = ["auto", "legacy"]
@@ -153,20 +153,25 @@ async def test_offline_wandb_answers_from_local_metrics(home: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_wandb_adds_its_url_and_fills_missing_metrics(home: Path) -> None:
-    settings = Settings.from_env(make_env(home, WANDB_API_KEY="f" * 40))
-    write_run(settings, "wbon", 20, wandb_enabled=True)
-    api = FakeWandbApi(recorded_group("wbon"))
-    cache: dict = {}
-    results = await get_results(settings, "wbon", cache=cache, wandb_api_factory=lambda q: api)
-    assert api.runs_calls[0]["filters"] == {"group": "wbon"}
-    assert results.wandb_url and results.wandb_url.endswith("/runs/tr4in3r1")
-    # Local values are the reference; the env's accuracy (not captured locally here) comes from W&B.
-    assert results.metrics["reward/mean"].source == "local"
-    assert results.metrics["train/percent_correct"].source == "wandb"
-    # A second call within the TTL reuses the answer.
-    await get_results(settings, "wbon", cache=cache, wandb_api_factory=lambda q: api)
-    assert len(api.runs_calls) == 1
+async def test_wandb_adds_its_url_and_fills_missing_metrics(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real wandb client, found through WANDB_BASE_URL as a user's would, against a loopback W&B."""
+    monkeypatch.setattr(wandb_reader, "_APIS", {})  # a client of another test's W&B is not this one
+    with WandbServer(recorded_group("wbon")) as server:
+        monkeypatch.setenv("WANDB_BASE_URL", server.base_url)
+        settings = Settings.from_env(make_env(home, WANDB_API_KEY=API_KEY))
+        write_run(settings, "wbon", 20, wandb_enabled=True)
+        cache: dict = {}
+        results = await get_results(settings, "wbon", cache=cache)
+        [runs_query] = [v for name, v in server.queries if name == "Runs"]
+        assert json.loads(runs_query["filters"]) == {"group": "wbon"}
+        assert results.wandb_url == f"{server.base_url}/{ENTITY}/mcp-rl/runs/tr4in3r1"
+        # Local values are the reference; the env's accuracy (not captured locally here) comes from W&B.
+        assert results.metrics["reward/mean"].source == "local"
+        assert results.metrics["train/percent_correct"].source == "wandb"
+        # A second call within the TTL reuses the answer: no request reaches W&B.
+        asked = len(server.queries)
+        await get_results(settings, "wbon", cache=cache)
+        assert len(server.queries) == asked and server.unauthorized == 0
 
 
 def _append_step(run_dir: Path) -> None:

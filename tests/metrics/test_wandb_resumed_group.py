@@ -10,8 +10,7 @@ import pytest
 
 from mcp_rl.metrics import wandb_reader
 from mcp_rl.metrics.wandb_reader import WandbQuery, lookup
-from tests.fakes.fake_wandb import recorded_group
-from tests.fakes.wandb_server import API_KEY, ENTITY, WandbServer
+from tests.fakes.wandb_server import API_KEY, ENTITY, WandbServer, recorded_group
 
 RUN_ID = "r3sum3d1"
 
@@ -32,7 +31,7 @@ def resumed_group() -> list:
     first, env, neighbour = recorded_group(RUN_ID, entity=ENTITY)
     # The second start resumed at step 20 and went on to step 30 (reward/mean 0.9 at the end).
     rows = [{"_step": s, "reward/mean": 0.9, "train/loss": 0.01} for s in range(21, 31)]
-    resumed = dataclasses.replace(first, id="tr4in3r2", rows=rows, history_calls=[],
+    resumed = dataclasses.replace(first, id="tr4in3r2", rows=rows,
                                   summary_metrics={"_step": 30, "reward/mean": 0.9, "train/loss": 0.01})
     return [first, env, neighbour, resumed]
 
