@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -113,11 +114,21 @@ async def test_same_idempotency_key_returns_the_first_run(home: Path, no_launch:
         assert not first.is_error, first.content[0].text
         again = await client.call_tool("rl_start_training", {"idempotency_key": "k-1"})
         other = await client.call_tool("rl_start_training", {"idempotency_key": "k-2"})
+        # A retry while the first call is still in flight (the host gave up on it) starts nothing new.
+        racing: list[str] = []
+
+        async def start_k3() -> None:
+            racing.append((await client.call_tool("rl_start_training", {"idempotency_key": "k-3"})).structured_content["run_id"])
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(3):
+                tasks.start_soon(start_k3)
     a, b, c = first.structured_content, again.structured_content, other.structured_content
     assert a["reused"] is False and b["reused"] is True and b["run_id"] == a["run_id"]
     assert "no new run" in b["message"]
     assert c["run_id"] != a["run_id"]
-    assert no_launch == [a["run_id"], c["run_id"]]
+    assert len(set(racing)) == 1 and len(racing) == 3
+    assert no_launch == [a["run_id"], c["run_id"], racing[0]]
     # The answer says exactly what it trains.
     assert a["environment"] == "counting" and a["trainer"]["num_steps"] == a["num_steps"]
     assert "Training counting" in a["message"] and a["revision"] in a["message"]
