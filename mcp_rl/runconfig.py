@@ -17,9 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.errors import DamagedState, clip_message
-from mcp_rl.rundir import (
-    RunPaths,  # the run folder's own module; re-exported here for run.yaml's readers
-)
+# RunPaths is defined with the run folder; re-exported for run.yaml's readers.
+from mcp_rl.rundir import RunPaths as RunPaths
 
 Backend = Literal["local", "tinker"]
 
