@@ -11,10 +11,11 @@ that a loaded machine slows them alike:
                  `/generate` requests (as an environment's workers send them), the answers become
                  Atropos groups, then `build_examples` and the backend's `train_step` (LoRA).
                  Not measured: the environment process and the Atropos API in between.
-  mcp-rl-overlap the same, with the next step's 8 requests sampled while this step trains (what
-                 a run does when its off-policy limit allows one step: the environment's workers
-                 keep asking while the trainer computes). Each measured step trains on the batch
-                 sampled during the previous one; its wall time covers both.
+  mcp-rl-overlap the same, with the next step's 8 requests sampled while this step trains (the
+                 backend's `sample_beside_training` option, off in runs: what a run would do when
+                 its off-policy limit allows one step and the environment's workers keep asking
+                 while the trainer computes). Each measured step trains on the batch sampled
+                 during the previous one; its wall time covers both.
   mcp-rl-serial  mcp-rl with the sampler as it was before batching: one request at a time.
 
 Prints sequences/s of each (32 per step / the step's wall seconds) and the ratios; exit 1 if
@@ -145,7 +146,8 @@ class Pipeline:
             build_app,
         )
 
-        self.backend = LocalBackend(model_dir, lora_rank=lora_rank, checkpoints_dir=workdir)
+        self.backend = LocalBackend(model_dir, lora_rank=lora_rank, checkpoints_dir=workdir,
+                                    sample_beside_training=overlap)
         self.tok = self.backend.tokenizer
         self.sampler: Any = self.backend
         concurrency = 1

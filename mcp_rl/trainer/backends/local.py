@@ -1,10 +1,11 @@
 """Local backend: a causal LM in torch (CPU, or a GPU when present) with a LoRA adapter.
 
-Sampling and training share one model object. Reading the weights (sampling, computing
-gradients) is shared: the next step's rollouts are sampled while this step's gradients are
-computed, from the weights before the step (one step off-policy at most, which the run's
-off-policy limit allows or not). Changing them (an optimizer step, loading a checkpoint) is
-exclusive, so a sample never sees weights halfway through an optimizer step.
+Sampling and training share one model object behind a readers-writer lock: changing the
+weights (an optimizer step, loading a checkpoint) is exclusive, so a sample never sees weights
+halfway through an optimizer step. With `sample_beside_training` a sample may also run while a
+step's gradients are computed (from the weights before the step: one step off-policy at most,
+which the run's off-policy limit allows or not). It is off by default: on 2 CPU cores the two
+slowed each other more than they overlapped (bench/bench_throughput.py, mode mcp-rl-overlap).
 Checkpoints are folders in the run directory, written to a temporary name and renamed.
 """
 
@@ -64,6 +65,7 @@ class LocalBackend(TrainingBackend):
         train: bool = True,
         device: str | None = None,
         checkpoints_dir: Path | None = None,
+        sample_beside_training: bool = False,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -74,6 +76,7 @@ class LocalBackend(TrainingBackend):
         # one gradient computation at a time; the two may overlap.
         self._sampling = threading.Lock()
         self._training = threading.Lock()
+        self.sample_beside_training = sample_beside_training
         self.model_dir = Path(model_dir)
         self.checkpoints_dir = Path(checkpoints_dir) if checkpoints_dir is not None else None
         self.model_name = self.model_dir.name
@@ -127,7 +130,8 @@ class LocalBackend(TrainingBackend):
         for 4 (it is bound by reading the weights), so this is where batching pays."""
         if any(not r.prompt_tokens for r in requests):
             raise ValueError("empty prompt")
-        with self._sampling, self._weights.shared(), self._torch.no_grad():
+        weights = self._weights.shared() if self.sample_beside_training else self._weights.exclusive()
+        with self._sampling, weights, self._torch.no_grad():
             prefills = [self._prefill(r) for r in requests]
             if len(requests) > 1 and not all(croppable(past) for past, _ in prefills):
                 # Caches of different prompts are merged by left padding, which only plain
