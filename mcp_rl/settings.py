@@ -121,12 +121,13 @@ class Settings(BaseModel):
     # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
     http_token: SecretStr | None = None
     http_allowed_hosts: list[str] = []
-    # Sampling requests a remote backend (Tinker) serves at once; the local model stays serial.
+    # Sampling requests a remote backend (Tinker) serves at once (a local model batches instead).
     remote_sampling_concurrency: int = 32
     # The local sampler batches requests that arrive together: after a first request it waits
-    # this long for others (an environment's workers ask within milliseconds of each other),
-    # and a batch holds at most this many sequences.
-    local_batch_window_s: float = Field(0.02, ge=0, le=1)
+    # this long for others (an environment's workers ask within milliseconds of each other; on a
+    # loaded 2-core machine 0.02 s caught 5 of 8 on average, 0.05 s all 8), and a batch holds at
+    # most this many sequences.
+    local_batch_window_s: float = Field(0.05, ge=0, le=1)
     local_batch_max_sequences: int = Field(64, ge=1)
     # How long the trainer waits for Tinker to create its model (it may queue) before failing.
     tinker_create_timeout_s: float = 600.0
@@ -163,7 +164,7 @@ class Settings(BaseModel):
             http_token=_secret(env, "MCP_RL_TOKEN"),
             http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
-            local_batch_window_s=_float(env, "MCP_RL_LOCAL_BATCH_WINDOW", 0.02),
+            local_batch_window_s=_float(env, "MCP_RL_LOCAL_BATCH_WINDOW", 0.05),
             local_batch_max_sequences=_int(env, "MCP_RL_LOCAL_BATCH_MAX_SEQUENCES", 64, minimum=1),
             tinker_create_timeout_s=_float(env, "MCP_RL_TINKER_CREATE_TIMEOUT", 600.0),
             tinker_checkpoint_ttl_s=_ttl(env, "MCP_RL_TINKER_CHECKPOINT_TTL", 7 * 24 * 3600),

@@ -72,7 +72,7 @@ class _Pending:
 class BatchingSampler(Sampler):
     """`sample()` from many threads at once; the backend sees one `sample_batch` per batch."""
 
-    def __init__(self, backend: BatchSampling, *, window_s: float = 0.02, max_sequences: int = 64) -> None:
+    def __init__(self, backend: BatchSampling, *, window_s: float = 0.05, max_sequences: int = 64) -> None:
         if not window_s >= 0 or window_s > 1.0:
             raise ValueError("window_s must be between 0 and 1 second")
         if max_sequences < 1:
