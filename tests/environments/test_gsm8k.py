@@ -63,3 +63,12 @@ def test_offline_without_a_cached_copy_names_the_dataset(tmp_path: Path, monkeyp
 def test_bad_data_path_is_a_clear_error(tmp_path: Path):
     with pytest.raises(RuntimeError, match="Cannot read GSM8K problems"):
         load_problems(GSM8KEnvConfig(data_path=str(tmp_path / "missing.jsonl")))
+
+
+def test_config_init_defaults_for_the_local_backend():
+    from mcp_rl.environments.bundled.gsm8k import GSM8KEnv
+
+    config, servers = GSM8KEnv.config_init()
+    assert isinstance(config, GSM8KEnvConfig) and config.dataset_name == "openai/gsm8k"
+    assert config.group_size == 8 and config.use_wandb is False
+    assert servers[0].server_type == "sglang" and servers[0].tokenizer_name == config.tokenizer_name

@@ -106,6 +106,18 @@ def score_answer(text: str, answer: int) -> float:
     return 1.0 if match is not None and int(match.group(1)) == answer else 0.0
 
 
+def local_server_config(tokenizer: str) -> APIServerConfig:
+    """The trainer's inference server (run.yaml sets the real address and model)."""
+    return APIServerConfig(
+        model_name="default",
+        base_url="http://127.0.0.1:8001/v1",
+        api_key="x",
+        server_type="sglang",
+        tokenizer_name=tokenizer,
+        health_check=False,
+    )
+
+
 Rollout = tuple[list[int], list[int], list[float] | None, str]
 
 
@@ -186,15 +198,7 @@ class ArithmeticEnv(BaseEnv):
             # rate (dropping all-equal groups would hide the start and the end of learning).
             ensure_scores_are_not_same=False,
         )
-        server = APIServerConfig(
-            model_name="default",
-            base_url="http://127.0.0.1:8001/v1",
-            api_key="x",
-            server_type="sglang",
-            tokenizer_name=tokenizer,
-            health_check=False,
-        )
-        return env_config, [server]
+        return env_config, [local_server_config(tokenizer)]
 
     async def setup(self) -> None:
         """Nothing to download: the problems were generated in __init__."""

@@ -33,6 +33,7 @@ from pydantic import Field
 from mcp_rl.environments.bundled.arithmetic import (
     ArithmeticEnv,
     default_tokenizer,
+    local_server_config,
     scored_group,
     with_accuracy,
 )
@@ -140,6 +141,8 @@ class GSM8KEnv(BaseEnv):
     _prompt_tokens = ArithmeticEnv._prompt_tokens
     _returns_tokens = ArithmeticEnv._returns_tokens
     _rollouts = ArithmeticEnv._rollouts
+    # A shuffled pass over train_problems, then another (same attributes as arithmetic's).
+    get_next_item = ArithmeticEnv.get_next_item
 
     def __init__(self, config: GSM8KEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False):
         super().__init__(config, server_configs, slurm, testing)
@@ -166,24 +169,10 @@ class GSM8KEnv(BaseEnv):
             max_num_workers=4,
             wandb_name="gsm8k",
         )
-        server = APIServerConfig(
-            model_name="default",
-            base_url="http://127.0.0.1:8001/v1",
-            api_key="x",
-            server_type="sglang",
-            tokenizer_name=tokenizer,
-            health_check=False,
-        )
-        return env_config, [server]
+        return env_config, [local_server_config(tokenizer)]
 
     async def setup(self) -> None:
         self.train_problems, self.eval_problems = load_problems(self.config)
-
-    async def get_next_item(self) -> dict[str, str]:
-        if not self._order:
-            self._order = list(range(len(self.train_problems)))
-            self._rng.shuffle(self._order)
-        return self.train_problems[self._order.pop()]
 
     async def collect_trajectories(self, item: dict[str, str]) -> tuple[ScoredDataGroup | None, list[Any]]:
         messages = build_messages(item["question"])
