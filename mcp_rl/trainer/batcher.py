@@ -3,8 +3,9 @@
 An environment's rollout workers each ask for one group at a time, and they ask at nearly the
 same moment (a batch's groups are requested by several workers at once, and after each answer
 the next request follows within milliseconds). Sampled one by one, each group pays for its own
-decode loop; a CPU decode step costs about the same for 32 rows as for 4, so the groups
-waiting together are handed to the backend's `sample_batch` in one call.
+decode loop; every decode step reads all the weights, so one step of 32 rows costs far less
+than eight of 4, and the groups waiting together are handed to the backend's `sample_batch` in
+one call.
 
 The batcher is a `Sampler` around the backend: callers (the inference server's worker threads)
 block in `sample()` while one collector thread gathers what is waiting -- for at most

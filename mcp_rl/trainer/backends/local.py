@@ -126,8 +126,9 @@ class LocalBackend(TrainingBackend):
     def sample_batch(self, requests: list[SamplingRequest]) -> list[list[SampledSequence]]:
         """The completions of several requests, decoded together: each prompt is prefilled on
         its own (through the prompt cache), then every sequence of every request advances in
-        ONE batched decode loop. A decode step on a CPU costs nearly the same for 32 rows as
-        for 4 (it is bound by reading the weights), so this is where batching pays."""
+        ONE batched decode loop. Every decode step reads all the weights, so one step of 32
+        rows costs far less than eight steps of 4: this is where batching pays (8 groups of 4
+        sampled in 1.9 s instead of 3.4 s one group at a time, bench/bench_throughput.py)."""
         if any(not r.prompt_tokens for r in requests):
             raise ValueError("empty prompt")
         weights = self._weights.shared() if self.sample_beside_training else self._weights.exclusive()
