@@ -10,16 +10,24 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from mcp.server import MCPServer
-from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl import __version__
-from mcp_rl.server import identity
-from mcp_rl.server.budget import Jobs
+from mcp_rl.server import (
+    completions,
+    environment_tools,
+    follow_tools,
+    identity,
+    inference_tools,
+    prompts,
+    results_tools,
+    smoke_test_tools,
+    strict,
+    training_tools,
+)
+from mcp_rl.server.state import AppState
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,32 +43,18 @@ rl_get_test_result for a smoke test). Runs live outside this server: they keep g
 client disconnects, and any later server sees them (rl_list_runs)."""
 
 
-@dataclass
-class AppState:
-    """What the tools of one server share: the settings and small in-memory caches."""
-
-    settings: Settings
-    # Blocking work that outlives a tool call's time budget, joined or collected by later calls.
-    jobs: Jobs = field(default_factory=Jobs)
-    # Per-server caches (e.g. parsed environment files keyed by path, mtime and size).
-    caches: dict[str, Any] = field(default_factory=dict)
-
-
 def build_server(settings: Settings | None = None) -> MCPServer:
     settings = settings or Settings.from_env()
-    state = AppState(settings=settings)
-    # Resource-change events for 2026-07-28 clients (subscriptions/listen); publishers (the run
-    # watcher in results_tools) hold this bus.
-    bus = state.caches["subscription_bus"] = InMemorySubscriptionBus()
+    state = AppState.for_settings(settings)
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
         settings.ensure_home()
-        for hook in state.caches.get("startup_hooks", []):
+        for hook in state.startup_hooks:
             await hook()
         # Long-lived work of this server (e.g. watching runs for notifications), ended with it.
         async with anyio.create_task_group() as tasks:
-            for task in state.caches.get("background_tasks", []):
+            for task in state.background_tasks:
                 tasks.start_soon(task)
             try:
                 yield state
@@ -76,25 +70,13 @@ def build_server(settings: Settings | None = None) -> MCPServer:
         version=__version__,
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
-        subscriptions=bus,
+        subscriptions=state.subscription_bus,
     )
 
     # Each module owns one area of the surface and closes over `state`.
-    from mcp_rl.server import (
-        environment_tools,
-        follow_tools,
-        inference_tools,
-        results_tools,
-        smoke_test_tools,
-        strict,
-        training_tools,
-    )
-
     for module in (environment_tools, training_tools, inference_tools, smoke_test_tools, follow_tools, results_tools):
         module.register(mcp, state)
     # Workflows for people (prompts) and argument completions, over the tools registered above.
-    from mcp_rl.server import completions, prompts
-
     prompts.register(mcp, state)
     completions.register(mcp, state)
     # Last: every tool registered above refuses arguments it does not declare.

@@ -26,7 +26,7 @@ from mcp.types import (
 )
 
 from mcp_rl.errors import McpRlError
-from mcp_rl.server.app import AppState
+from mcp_rl.server.state import AppState
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +104,7 @@ class Completer:
         self.settings = state.settings
 
     def _environments(self) -> Any:
-        service = self.state.caches.get("environments")
-        if service is None:  # the environment tools normally create it; a server without them
-            from mcp_rl.environments.service import EnvironmentService
-
-            service = self.state.caches["environments"] = EnvironmentService(self.settings)
-        return service
+        return self.state.environments
 
     async def values(self, source: Source, context: dict[str, str]) -> list[str]:
         try:

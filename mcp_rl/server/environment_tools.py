@@ -18,9 +18,9 @@ from mcp_rl.config import CurrentConfig, EditResult, Session
 from mcp_rl.environments.discovery import DuplicateName, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.service import EnvironmentService, SelectResult
-from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
+from mcp_rl.server.state import AppState
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 IDEMPOTENT_EDIT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -139,10 +139,9 @@ def _matches(text: str | None, *fields: str) -> bool:
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
-    service = EnvironmentService(state.settings)
-    state.caches["environments"] = service
+    service = state.environments
     # Stops the introspection worker (a child process of ours) when the server stops.
-    state.caches.setdefault("background_tasks", []).append(service.close_on_exit)
+    state.background_tasks.append(service.close_on_exit)
 
     jobs = state.jobs
     budget_s = state.settings.tool_time_budget_s

@@ -12,9 +12,9 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from mcp_rl import follow
-from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.errors import tool_errors
+from mcp_rl.server.state import AppState
 from mcp_rl.server.training_tools import (
     RECONCILE_NOTE,
     RECONCILING_READ,

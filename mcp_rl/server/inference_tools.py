@@ -15,10 +15,10 @@ from pydantic import Field
 from mcp_rl.errors import NotFound
 from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import FINAL_MODEL_STATES, InferenceTestResult
-from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.environment_tools import selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
+from mcp_rl.server.state import AppState
 from mcp_rl.supervisor.tail import tail_lines
 
 # The tool answers within the server's time budget (Settings.tool_time_budget_s); a test still
@@ -97,12 +97,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     settings = state.settings
 
     def environments() -> Any:  # the environment tools' service: the session's selection and edits
-        existing = state.caches.get("environments")
-        if existing is not None:
-            return existing
-        from mcp_rl.environments.service import EnvironmentService
-
-        return EnvironmentService(settings)
+        return state.environments
 
     @mcp.tool(title="Smoke-test the environment", annotations=TEST_INFERENCE)
     @tool_errors
@@ -157,8 +152,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 num_steps=num_steps,
                 group_size=group_size,
                 models=models,
-                max_parallel=int(state.caches.get("inference_max_parallel", service.DEFAULT_MAX_PARALLEL)),
-                model_timeout_s=float(state.caches.get("inference_model_timeout_s", service.DEFAULT_MODEL_TIMEOUT_S)),
+                max_parallel=service.DEFAULT_MAX_PARALLEL,
+                model_timeout_s=service.DEFAULT_MODEL_TIMEOUT_S,
             )
         )
 

@@ -15,7 +15,7 @@ from mcp.server import MCPServer
 from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
-from mcp_rl.server.app import AppState
+from mcp_rl.server.state import AppState
 
 MAX_COMPARED_RUNS = 6
 

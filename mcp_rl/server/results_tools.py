@@ -36,9 +36,9 @@ from mcp_rl.metrics import store
 from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
 from mcp_rl.rundir import is_run_id
-from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
+from mcp_rl.server.state import AppState
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,8 @@ class PlotCache:
 
     def png_sync(self, run_id: str, run_dir: Path) -> bytes:
         """The plot (blocking; matplotlib's first import takes seconds). Thread-safe."""
-        from mcp_rl.metrics.plot import render_png  # matplotlib: off the server's start-up path
+        # matplotlib: off the server's start-up path
+        from mcp_rl.metrics.plot import render_png
 
         version = self._version(run_dir)
         with self._lock:
@@ -144,10 +145,11 @@ def _summary_line(results: RunResults) -> str:
 
 def register(mcp: MCPServer, state: AppState) -> None:
     settings = state.settings
-    wandb_cache: dict[str, Any] = state.caches.setdefault("wandb_results", {})
-    plots = state.caches.setdefault("plots", PlotCache())
-    legacy = state.caches.setdefault("legacy_subscriptions", LegacySubscriptions())
-    bus = state.caches.get("subscription_bus")
+    # Per-server: `register` runs once per server and its tools close over these.
+    wandb_cache: dict[str, Any] = {}
+    plots = PlotCache()
+    legacy = LegacySubscriptions()
+    bus = state.subscription_bus
 
     @mcp.tool(title="Get run results", annotations=RESULTS_ANNOTATIONS)
     @tool_errors
@@ -238,13 +240,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 log.debug("run watch poll failed: %r", exc)
                 changed = []
             for uri in changed:
-                if bus is not None:
-                    await bus.publish(ResourceUpdated(uri=uri))
+                await bus.publish(ResourceUpdated(uri=uri))
                 if legacy:
                     await legacy.notify(uri)
             await anyio.sleep(interval)
 
-    state.caches.setdefault("background_tasks", []).append(watch_runs)
+    state.background_tasks.append(watch_runs)
 
 
 def _registry_run_dir(state: AppState, run_id: str) -> Path | None:

@@ -17,10 +17,10 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import InferenceTestResult
-from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import tool_errors
 from mcp_rl.server.inference_tools import TestId, as_tool_result, collect_hint
+from mcp_rl.server.state import AppState
 
 # Reading a test whose worker died ends its leftover model processes (see read_test).
 READS_TEST = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)

@@ -21,10 +21,10 @@ from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
-from mcp_rl.server.app import AppState
 from mcp_rl.server.budget import CallBudget, Progress, wait_job
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
+from mcp_rl.server.state import AppState
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.models import (
     RunList,
@@ -231,10 +231,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     settings = state.settings
 
     def environments():  # the environment tools' service: the session's selection and edits
-        from mcp_rl.environments.service import EnvironmentService
-
-        existing = state.caches.get("environments")
-        return existing if existing is not None else EnvironmentService(settings)
+        return state.environments
 
     budget_s = settings.tool_time_budget_s
     jobs = state.jobs
@@ -458,4 +455,4 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         threading.Thread(target=work, name="reconcile-runs", daemon=True).start()
 
-    state.caches.setdefault("startup_hooks", []).append(reconcile_runs)
+    state.startup_hooks.append(reconcile_runs)
