@@ -76,17 +76,17 @@ def score(text: str) -> float:
 
 {body}
 '''
-METHOD = '''    async def step_{j}(self, item: Any) -> float:
+METHOD = """    async def step_{j}(self, item: Any) -> float:
         total = 0.0
         for k in range(10):
             total += (item * k) % 3
         return total
-'''
-FUNCTION = '''def helper_{j}(x: int) -> int:
+"""
+FUNCTION = """def helper_{j}(x: int) -> int:
     if x > 10:
         return x - 1
     return x + 1
-'''
+"""
 
 
 def make_tree(root: Path, files: int = 500, envs: int = 60) -> None:

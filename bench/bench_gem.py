@@ -36,8 +36,12 @@ RUN_DEADLINE_S = 4 * 3600
 
 
 def server_params(home: Path) -> StdioServerParameters:
-    env = {"PATH": os.environ.get("PATH", ""), "MCP_RL_HOME": str(home), "MCP_RL_STATUS_MIN_INTERVAL": "0",
-           "HF_HUB_OFFLINE": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "MCP_RL_HOME": str(home),
+        "MCP_RL_STATUS_MIN_INTERVAL": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
     for name in ("MCP_RL_MODEL", "MCP_RL_TORCH_THREADS"):  # a dedicated machine may give the trainer every core
         if os.environ.get(name):
             env[name] = os.environ[name]
@@ -119,11 +123,17 @@ async def run(args: argparse.Namespace) -> int:
             await call(client, "rl_edit_config", {"field": field, "value": value})
         started = await call(client, "rl_start_training")
         run_id = started["run_id"]
-        print(f"run {run_id} in {home} (group_size=batch_size={args.group}, {', '.join(f'{k}={v}' for k, v in edits.items())})", flush=True)
+        print(
+            f"run {run_id} in {home} (group_size=batch_size={args.group}, {', '.join(f'{k}={v}' for k, v in edits.items())})",
+            flush=True,
+        )
         run_dir = home / "runs" / run_id
         printed = 0
-        print(f"{'step':>4}  {'episode_return':>14}  {'success_rate':>12}  {'episodes':>8}  {'turns':>5}  "
-              f"{'reward/mean':>11}  {'kl(logprobs/diff)':>17}  {'seconds':>7}", flush=True)
+        print(
+            f"{'step':>4}  {'episode_return':>14}  {'success_rate':>12}  {'episodes':>8}  {'turns':>5}  "
+            f"{'reward/mean':>11}  {'kl(logprobs/diff)':>17}  {'seconds':>7}",
+            flush=True,
+        )
         end = time.monotonic() + RUN_DEADLINE_S
         status: dict[str, Any] = {}
         while time.monotonic() < end:
@@ -166,7 +176,9 @@ async def run(args: argparse.Namespace) -> int:
     minutes = (time.monotonic() - started_at) / 60
     print(f"success rate, first {window} steps: {first:.3f} ({first_n} episodes)")
     print(f"success rate, last {window} steps:  {last:.3f} ({last_n} episodes)")
-    print(f"one-sided p (two-proportion z-test) that the gain is noise: {one_sided_p(first, first_n, last, last_n):.4f}")
+    print(
+        f"one-sided p (two-proportion z-test) that the gain is noise: {one_sided_p(first, first_n, last, last_n):.4f}"
+    )
     print(f"{'IMPROVED' if last > first else 'NOT IMPROVED'} in {minutes:.1f} min")
     return 0 if last > first else 1
 
@@ -182,10 +194,12 @@ def main() -> int:
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument(
-        "--partial-credit", action=argparse.BooleanOptionalAction, default=False,
+        "--partial-credit",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="train on GuessTheNumber's near-miss credit too (default: wins and penalties only)",
     )
-    parser.add_argument("--env-kwargs", default=None, help='JSON for gem.make, e.g. \'{"max_turns": 6}\'')
+    parser.add_argument("--env-kwargs", default=None, help="JSON for gem.make, e.g. '{\"max_turns\": 6}'")
     parser.add_argument("--home", default=None, help="state dir (default: a fresh temporary one)")
     return anyio.run(run, parser.parse_args())
 

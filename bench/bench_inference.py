@@ -29,12 +29,12 @@ from pydantic import SecretStr
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mcp_rl.environments.service import EnvironmentService  # noqa: E402
-from mcp_rl.inference_test import service  # noqa: E402
-from mcp_rl.inference_test.models import InferenceTestResult  # noqa: E402
-from mcp_rl.models import resolve_model  # noqa: E402
-from mcp_rl.settings import Settings  # noqa: E402
-from tests.fakes.fake_openrouter import FakeOpenRouter  # noqa: E402
+from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.inference_test import service
+from mcp_rl.inference_test.models import InferenceTestResult
+from mcp_rl.models import resolve_model
+from mcp_rl.settings import Settings
+from tests.fakes.fake_openrouter import FakeOpenRouter
 
 KEY = "sk-or-FAKE-bench"
 DEFAULTS = {"qwen/qwen3-8b": "reasoning", "z-ai/glm-4.7-flash": "reasoning", "minimax/minimax-m2.7": "mandatory"}
@@ -45,7 +45,13 @@ STOP_WITHIN_S = 60.0
 def run_once(settings: Settings, env: tuple, steps: int, group_size: int, parallel: int = 3) -> InferenceTestResult:
     env_ref, env_config = env
     started = service.start_test(
-        settings, env_ref, env_config, num_steps=steps, group_size=group_size, models=list(DEFAULTS), max_parallel=parallel
+        settings,
+        env_ref,
+        env_config,
+        num_steps=steps,
+        group_size=group_size,
+        models=list(DEFAULTS),
+        max_parallel=parallel,
     )
     return anyio.run(service.wait_for_test, settings, started.test_id, 1800.0)
 
@@ -57,7 +63,8 @@ def print_models(label: str, result: InferenceTestResult, wall_s: float) -> None
         spent = (
             f"requests {u.requests:3d}/{u.request_budget} (retries {u.retries}, refused {u.refused})  "
             f"tokens {u.total_tokens:6d}/{u.token_budget}  cost ${u.cost_usd or 0:.6f}"
-            if u else "no usage"
+            if u
+            else "no usage"
         )
         print(f"  {m.model:24s} {m.state:10s} {m.elapsed_s or 0:6.1f} s  {spent}  acc={m.accuracy}")
         if m.error:
@@ -74,12 +81,21 @@ def main() -> int:
     parser.add_argument("--compare-parallel", action="store_true", help="also time max_parallel 3 vs 1")
     args = parser.parse_args()
 
-    model = Path(os.environ["MCP_RL_MODEL"]) if os.environ.get("MCP_RL_MODEL") else resolve_model(Settings.from_env(), "default")
-    print(f"env={args.env} models={len(DEFAULTS)} steps={args.steps} group_size={args.group_size} "
-          f"fake latency={args.latency}s cpus={os.cpu_count()}")
+    model = (
+        Path(os.environ["MCP_RL_MODEL"])
+        if os.environ.get("MCP_RL_MODEL")
+        else resolve_model(Settings.from_env(), "default")
+    )
+    print(
+        f"env={args.env} models={len(DEFAULTS)} steps={args.steps} group_size={args.group_size} "
+        f"fake latency={args.latency}s cpus={os.cpu_count()}"
+    )
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench-inference-") as tmp:
-        for label, behaviours in (("default models", DEFAULTS), (f"{MISBEHAVING} never answers", {**DEFAULTS, MISBEHAVING: "silent"})):
+        for label, behaviours in (
+            ("default models", DEFAULTS),
+            (f"{MISBEHAVING} never answers", {**DEFAULTS, MISBEHAVING: "silent"}),
+        ):
             with FakeOpenRouter(api_key=KEY, behaviours=behaviours, latency_s=args.latency) as fake:
                 settings = Settings(
                     home=Path(tmp) / label.split()[0].replace("/", "_"),
@@ -102,8 +118,10 @@ def main() -> int:
                     bad = next(m for m in result.models_tested if m.model == MISBEHAVING)
                     within = bad.usage is not None and paid[MISBEHAVING] <= bad.usage.request_budget
                     quick = (bad.elapsed_s or 1e9) <= STOP_WITHIN_S
-                    print(f"  misbehaving model: {paid[MISBEHAVING]} requests (budget {bad.usage.request_budget if bad.usage else '?'}), "
-                          f"stopped after {bad.elapsed_s} s -> {'OK' if within and quick else 'FAIL'}")
+                    print(
+                        f"  misbehaving model: {paid[MISBEHAVING]} requests (budget {bad.usage.request_budget if bad.usage else '?'}), "
+                        f"stopped after {bad.elapsed_s} s -> {'OK' if within and quick else 'FAIL'}"
+                    )
                     ok &= within and quick
                 else:
                     ok &= result.summary.models_succeeded == len(DEFAULTS)

@@ -25,10 +25,10 @@ from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcp_rl.metrics.changes import RunWatch  # noqa: E402
-from mcp_rl.server.app import build_server  # noqa: E402
-from mcp_rl.settings import Settings  # noqa: E402
-from tests.metrics.rundirs import write_run  # noqa: E402
+from mcp_rl.metrics.changes import RunWatch
+from mcp_rl.server.app import build_server
+from mcp_rl.settings import Settings
+from tests.metrics.rundirs import write_run
 
 
 async def bench(steps_list: list[int], rounds: int) -> None:
@@ -49,7 +49,7 @@ async def bench(steps_list: list[int], rounds: int) -> None:
                 t = time.perf_counter()
                 await client.call_tool("rl_get_results", {"run_id": run_id})
                 warm.append(time.perf_counter() - t)
-            with open(settings.runs_dir / run_id / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            with open(settings.runs_dir / run_id / "metrics.jsonl", "a", encoding="utf-8") as fh:  # noqa: ASYNC230 (one line, in a bench)
                 fh.write(json.dumps({"step": steps + 1, "reward/mean": 0.5, "train/loss": 0.1}) + "\n")
             t = time.perf_counter()
             await client.call_tool("rl_get_results", {"run_id": run_id})

@@ -90,7 +90,9 @@ async def main(rounds: int) -> int:
     print(f"start -> tools/list, mcp-rl serve:           median {ms(ours):.0f} ms over {rounds}")
     print(f"ratio mcp-rl / bare: {ratio:.2f}x (target <= 1.3x)")
     print(f"rl_list_environments, 200 files: cold {ms(cold):.0f} ms, warm median {ms(warm):.1f} ms (target < 200 ms)")
-    print(f"rl_select_environment: first {ms(first_select):.0f} ms, cached median {ms(cached_select):.1f} ms (target < 100 ms)")
+    print(
+        f"rl_select_environment: first {ms(first_select):.0f} ms, cached median {ms(cached_select):.1f} ms (target < 100 ms)"
+    )
     ok = ratio <= 1.3 and ms(warm) < 200 and ms(cached_select) < 100
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -98,9 +98,11 @@ async def main(rounds: int, environment: str, status_calls: int) -> int:
                     f"{name} {procs[name].ready_at - procs[name].started_at:.2f} s" for name in PROCESS_NAMES
                 )
                 trainer_own = procs["trainer"].ready_at - procs["trainer"].started_at
-                print(f"round {round_no}: rl_start_training answered in {answered * 1000:.0f} ms; "
-                      f"all three ready {ready:.2f} s after the call ({split}); "
-                      f"everything but the trainer's own start-up: {ready - trainer_own:.2f} s")
+                print(
+                    f"round {round_no}: rl_start_training answered in {answered * 1000:.0f} ms; "
+                    f"all three ready {ready:.2f} s after the call ({split}); "
+                    f"everything but the trainer's own start-up: {ready - trainer_own:.2f} s"
+                )
 
                 client_times, local_times = [], []
                 for _ in range(status_calls):
@@ -116,12 +118,16 @@ async def main(rounds: int, environment: str, status_calls: int) -> int:
 
                 t = time.perf_counter()
                 stopped = await call(client, "rl_stop_training", {"run_id": run_id})
-                print(f"  rl_stop_training: {stopped['status']} in {time.perf_counter() - t:.2f} s; "
-                      f"processes left {stopped['processes_left']}, ports in use {stopped['ports_in_use']}")
+                print(
+                    f"  rl_stop_training: {stopped['status']} in {time.perf_counter() - t:.2f} s; "
+                    f"processes left {stopped['processes_left']}, ports in use {stopped['ports_in_use']}"
+                )
                 ok &= not stopped["processes_left"] and not stopped["ports_in_use"]
     best, median = min(ready_times), statistics.median(ready_times)
-    print(f"start -> all three ready: median {median:.2f} s, best {best:.2f} s over {rounds} "
-          "(original: >= 135 s of fixed sleeps; target < 20 s)")
+    print(
+        f"start -> all three ready: median {median:.2f} s, best {best:.2f} s over {rounds} "
+        "(original: >= 135 s of fixed sleeps; target < 20 s)"
+    )
     print(f"machine load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     ok &= median < 20
     print("PASS" if ok else "FAIL")

@@ -57,8 +57,11 @@ async def sample_groups(url: str, groups: int, group_size: int) -> list[dict]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as http:
 
         async def one(g: int) -> None:
-            body = {"input_ids": PROMPT + [20 + g], "return_logprob": True,
-                    "sampling_params": {"n": group_size, "max_new_tokens": 8, "temperature": 1.0}}
+            body = {
+                "input_ids": PROMPT + [20 + g],
+                "return_logprob": True,
+                "sampling_params": {"n": group_size, "max_new_tokens": 8, "temperature": 1.0},
+            }
             r = await http.post("/generate", json=body)
             r.raise_for_status()
             answer = r.json()
@@ -78,10 +81,15 @@ def examples_of(completions: list[dict], rng: random.Random) -> list[TrainingExa
         full = PROMPT + tokens
         trained = [t >= len(PROMPT) - 1 for t in range(len(full) - 1)]
         advantage = rng.choice([-1.0, 1.0])
-        examples.append(TrainingExample(
-            input_tokens=full[:-1], target_tokens=full[1:],
-            advantages=[advantage if k else 0.0 for k in trained],
-            sampling_logprobs=[0.0] * (len(PROMPT) - 1) + logprobs, trained=trained))
+        examples.append(
+            TrainingExample(
+                input_tokens=full[:-1],
+                target_tokens=full[1:],
+                advantages=[advantage if k else 0.0 for k in trained],
+                sampling_logprobs=[0.0] * (len(PROMPT) - 1) + logprobs,
+                trained=trained,
+            )
+        )
     return examples
 
 
@@ -92,8 +100,11 @@ def run(mode: str, args: argparse.Namespace, tokenizer_dir: str) -> list[float]:
     rng = random.Random(0)
     latency = Latency(sample_s=args.sample_s, cycle_s=args.cycle_s)
     with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, latency=latency)) as tinker_server:
-        backend = TinkerBackend(tinker.ServiceClient(base_url=tinker_server.base_url, api_key=API_KEY),
-                                base_model="Qwen/Qwen3-8B", lora_rank=8)
+        backend = TinkerBackend(
+            tinker.ServiceClient(base_url=tinker_server.base_url, api_key=API_KEY),
+            base_model="Qwen/Qwen3-8B",
+            lora_rank=8,
+        )
         backend.prepare()
         port = free_port()
         server = ServerThread(build_app(InferenceService(backend), sampling_concurrency=concurrency), "127.0.0.1", port)
@@ -129,14 +140,18 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_dir = write_tiny_tokenizer(Path(tmp) / "tokenizer")
-        print(f"{args.groups} groups of {args.group_size} per step, {args.sample_s:g} s per sample request, "
-              f"{args.cycle_s:g} s clock cycle, {args.steps} steps")
+        print(
+            f"{args.groups} groups of {args.group_size} per step, {args.sample_s:g} s per sample request, "
+            f"{args.cycle_s:g} s clock cycle, {args.steps} steps"
+        )
         serial = statistics.mean(run("serial", args, tokenizer_dir))
         concurrent = statistics.mean(run("concurrent", args, tokenizer_dir))
     ratio = concurrent / serial
     print(f"serial:     {serial:.2f} s/step (sampling concurrency 1, waits between fwd/bwd, optim, sampler)")
-    print(f"concurrent: {concurrent:.2f} s/step (sampling concurrency "
-          f"{Settings.from_env({}).remote_sampling_concurrency}, one clock cycle per step)")
+    print(
+        f"concurrent: {concurrent:.2f} s/step (sampling concurrency "
+        f"{Settings.from_env({}).remote_sampling_concurrency}, one clock cycle per step)"
+    )
     print(f"ratio: {ratio:.3f} (target <= {TARGET_RATIO:.3f})")
     return 0 if ratio <= TARGET_RATIO else 1
 

@@ -72,27 +72,38 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcp-rl", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mcp-rl", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"mcp-rl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).",
-                           description="Run the MCP server. HTTP binds 127.0.0.1 unless --host says otherwise; "
-                           "every HTTP request's Host/Origin must name the server; any non-loopback --host needs "
-                           "MCP_RL_TOKEN (clients send Authorization: Bearer <token>) and, for 0.0.0.0 or ::, "
-                           "MCP_RL_ALLOWED_HOSTS (the names clients use).")
+    serve = sub.add_parser(
+        "serve",
+        help="Run the MCP server (stdio by default).",
+        description="Run the MCP server. HTTP binds 127.0.0.1 unless --host says otherwise; "
+        "every HTTP request's Host/Origin must name the server; any non-loopback --host needs "
+        "MCP_RL_TOKEN (clients send Authorization: Bearer <token>) and, for 0.0.0.0 or ::, "
+        "MCP_RL_ALLOWED_HOSTS (the names clients use).",
+    )
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     serve.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
-    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                       help="a host name or address HTTP clients use to reach the server (repeatable; adds to "
-                       "MCP_RL_ALLOWED_HOSTS; needed for --host 0.0.0.0 or ::)")
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name or address HTTP clients use to reach the server (repeatable; adds to "
+        "MCP_RL_ALLOWED_HOSTS; needed for --host 0.0.0.0 or ::)",
+    )
     serve.set_defaults(func=_serve)
 
     demo = sub.add_parser("demo", help="Run the embedded default end to end through a real MCP client (no keys).")
-    demo.add_argument("--home", default=None, help="state directory for the demo (default: a new folder under MCP_RL_HOME/demos)")
+    demo.add_argument(
+        "--home", default=None, help="state directory for the demo (default: a new folder under MCP_RL_HOME/demos)"
+    )
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: a short run)")
     demo.set_defaults(func=_demo)
 

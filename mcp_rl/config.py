@@ -60,12 +60,21 @@ class RunOptions(BaseModel):
     adam_beta1: float = Field(ge=0, lt=1, description="Adam beta1.")
     adam_beta2: float = Field(ge=0, lt=1, description="Adam beta2.")
     max_token_trainer_length: int = Field(ge=16, le=1_000_000, description="Longest sequence the trainer takes.")
-    save_checkpoint_interval: int = Field(ge=0, description="Save a resumable checkpoint every N steps (0: final only).")
+    save_checkpoint_interval: int = Field(
+        ge=0, description="Save a resumable checkpoint every N steps (0: final only)."
+    )
     wandb_project: str = Field(min_length=1, description="W&B project (used when W&B is configured).")
 
     @field_validator(
-        "total_steps", "batch_size", "lora_rank", "learning_rate", "adam_beta1", "adam_beta2",
-        "max_token_trainer_length", "save_checkpoint_interval", mode="before",
+        "total_steps",
+        "batch_size",
+        "lora_rank",
+        "learning_rate",
+        "adam_beta1",
+        "adam_beta2",
+        "max_token_trainer_length",
+        "save_checkpoint_interval",
+        mode="before",
     )
     @classmethod
     def _not_a_boolean(cls, value: Any) -> Any:
@@ -111,7 +120,9 @@ def clean_run_options(settings: Settings, stored: Any) -> tuple[dict[str, Any], 
     option must not make every config tool fail. Each repair is described in a note.
     """
     if not isinstance(stored, dict):
-        return {}, [f"run_options in session.json was not a mapping ({clip(stored)}); all run options are at their defaults."]
+        return {}, [
+            f"run_options in session.json was not a mapping ({clip(stored)}); all run options are at their defaults."
+        ]
     options = dict(stored)
     notes: list[str] = []
     for name in [n for n in options if n not in RUN_OPTION_NAMES]:
@@ -130,7 +141,9 @@ def clean_run_options(settings: Settings, stored: Any) -> tuple[dict[str, Any], 
             for name in sorted(bad):
                 value = options.pop(name)
                 detail = "; ".join(e["msg"] for e in exc.errors() if e["loc"] and e["loc"][0] == name)
-                notes.append(f"Run option {name} had a bad value {clip(value)} in session.json ({detail}); reset to its default.")
+                notes.append(
+                    f"Run option {name} had a bad value {clip(value)} in session.json ({detail}); reset to its default."
+                )
     return options, notes
 
 
@@ -203,8 +216,12 @@ class SessionStore:
             return Session()
         except OSError as exc:  # a directory, unreadable, ...
             aside = self._keep_aside()
-            return Session(notes=[f"session.json could not be read ({exc.strerror or exc}); it was moved to {aside}. "
-                                  "Select an environment again with rl_select_environment."])
+            return Session(
+                notes=[
+                    f"session.json could not be read ({exc.strerror or exc}); it was moved to {aside}. "
+                    "Select an environment again with rl_select_environment."
+                ]
+            )
         try:
             data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict):
@@ -212,8 +229,12 @@ class SessionStore:
         except ValueError as exc:
             # Never lose it silently: keep the damaged file beside the fresh session.
             aside = self._keep_aside()
-            return Session(notes=[f"session.json was damaged ({clip_message(str(exc), 200)}); it was moved to {aside} and a "
-                                  "fresh session started. Select an environment again with rl_select_environment."])
+            return Session(
+                notes=[
+                    f"session.json was damaged ({clip_message(str(exc), 200)}); it was moved to {aside} and a "
+                    "fresh session started. Select an environment again with rl_select_environment."
+                ]
+            )
         return self._salvage(data)
 
     def _salvage(self, data: dict[str, Any]) -> Session:
@@ -383,7 +404,9 @@ def _validate_field(spec: FieldSpec, value: Any) -> Any:
     if isinstance(value, str) and not _finite(_float_or_none(value)):
         last_error = "not a finite number (NaN and infinity are refused)"  # 'inf', 'NaN', 'Infinity'
     expected = spec.type or spec.json_schema.get("type", "?")
-    raise UserError(f"Invalid value {clip(value)} for {spec.name} (type {expected}): {last_error}. Nothing was changed.")
+    raise UserError(
+        f"Invalid value {clip(value)} for {spec.name} (type {expected}): {last_error}. Nothing was changed."
+    )
 
 
 def _as_int_if_meant(schema: dict[str, Any], value: Any) -> Any:
@@ -460,7 +483,9 @@ def _check_group_vs_batch(group_size: Any, batch_size: Any, *, previous_group: A
 WholeConfigCheck = Callable[[dict[str, Any]], list[str]]
 
 
-def _check_whole_config(check: WholeConfigCheck, spec: ConfigSpec, edits: dict[str, Any], field: str, value: Any) -> None:
+def _check_whole_config(
+    check: WholeConfigCheck, spec: ConfigSpec, edits: dict[str, Any], field: str, value: Any
+) -> None:
     """Run the config class's own validators (e.g. min <= max) over the config this edit makes."""
     errors = check({**spec.initial_values, **edits})
     if errors:
@@ -498,12 +523,18 @@ def edit_config(
         edits, _ = clean_edits(spec, session.edits)
         if field in RUN_OPTION_NAMES:
             new_options = dict(session.run_options)
-            new_options[field] = _coerce(value) if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend") else value
+            new_options[field] = (
+                _coerce(value)
+                if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend")
+                else value
+            )
             try:
                 resolved, _ = resolve_run_options(settings, new_options)
             except ValidationError as exc:
                 detail = "; ".join(err["msg"] for err in exc.errors())
-                raise UserError(f"Invalid value {clip(value)} for run option {field}: {detail}. Nothing was changed.") from None
+                raise UserError(
+                    f"Invalid value {clip(value)} for run option {field}: {detail}. Nothing was changed."
+                ) from None
             new_options[field] = resolved.model_dump(mode="json")[field]  # stored as answered: 1.0 is kept as 1
             group = edits.get("group_size", _initial(spec, "group_size"))
             _check_group_vs_batch(group, resolved.batch_size)
@@ -541,7 +572,9 @@ def edit_config(
         edits = {**edits, field: checked}
         if spec.has_validators is not False:
             env = session.environment
-            check = whole_config_check or (lambda values: check_whole_config(settings, env, values, list(edits), worker))
+            check = whole_config_check or (
+                lambda values: check_whole_config(settings, env, values, list(edits), worker)
+            )
             _check_whole_config(check, spec, edits, field, value)
         result["r"] = EditResult(
             message=f"{field} set to {clip(checked)} (was {clip(previous)}).",
@@ -610,7 +643,9 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
     options, _ = resolve_run_options(settings, session.run_options)
     backend = effective_backend(settings, options.backend)
     if backend == "tinker" and settings.tinker_api_key is None:
-        raise UserError("backend is 'tinker' but TINKER_API_KEY is not set. Set the key, or rl_edit_config('backend', 'local').")
+        raise UserError(
+            "backend is 'tinker' but TINKER_API_KEY is not set. Set the key, or rl_edit_config('backend', 'local')."
+        )
     if backend == "local" and importlib.util.find_spec("torch") is None:
         raise UserError("The local backend needs torch: pip install 'mcp-rl[local]' (CPU build: torch==2.13.0).")
     _check_base_model(settings, options)

@@ -79,7 +79,9 @@ def demo_home(options: DemoOptions, user: Settings) -> Path:
     if options.home is not None:
         home = Path(options.home).expanduser().resolve()
         if home.exists() and any(home.iterdir()):
-            raise DemoFailed(f"{home} is not empty; give --home a new or empty folder (the demo starts from a clean state).")
+            raise DemoFailed(
+                f"{home} is not empty; give --home a new or empty folder (the demo starts from a clean state)."
+            )
     else:
         home = user.home / "demos" / datetime.now().strftime("%Y%m%d-%H%M%S")
     home.mkdir(parents=True, exist_ok=True)
@@ -142,8 +144,12 @@ class Demo:
     async def connect(self) -> None:
         tools = await self.client.list_tools()
         info = self.client.server_info
-        self.p.step(1, self.TOTAL, f"Connected to `mcp-rl serve` over stdio: {info.name} {info.version}, "
-                    f"protocol {self.client.protocol_version}, {len(tools.tools)} tools")
+        self.p.step(
+            1,
+            self.TOTAL,
+            f"Connected to `mcp-rl serve` over stdio: {info.name} {info.version}, "
+            f"protocol {self.client.protocol_version}, {len(tools.tools)} tools",
+        )
 
     async def environments(self) -> None:
         found = await call(self.client, "rl_list_environments")
@@ -156,19 +162,29 @@ class Demo:
 
     async def configure(self) -> None:
         selected = await call(self.client, "rl_select_environment", {"name": ENVIRONMENT})
-        self.p.step(3, self.TOTAL, f"rl_select_environment({ENVIRONMENT!r}): {selected['configurable_fields']} configurable fields")
+        self.p.step(
+            3,
+            self.TOTAL,
+            f"rl_select_environment({ENVIRONMENT!r}): {selected['configurable_fields']} configurable fields",
+        )
         edits = {"total_steps": self.steps, **RUN_EDITS}
         for field, value in edits.items():
             await call(self.client, "rl_edit_config", {"field": field, "value": value})
         self.p.detail("rl_edit_config: " + ", ".join(f"{k}={v}" for k, v in edits.items()) + " (a short run)")
         current = await call(self.client, "rl_get_current_config")
         options = {o["name"]: o.get("current_value") for o in current.get("run_options", [])}
-        self.p.detail(f"rl_get_current_config: backend {current['backend']}, base model {options.get('base_model')}, "
-                      f"learning rate {options.get('learning_rate')}, LoRA rank {options.get('lora_rank')}")
+        self.p.detail(
+            f"rl_get_current_config: backend {current['backend']}, base model {options.get('base_model')}, "
+            f"learning rate {options.get('learning_rate')}, LoRA rank {options.get('lora_rank')}"
+        )
 
     async def smoke_test(self) -> None:
-        self.p.step(4, self.TOTAL, f"rl_test_inference(models=['local'], num_steps={SMOKE_TEST['num_steps']}, "
-                    f"group_size={SMOKE_TEST['group_size']}): the local model answers a few prompts ...")
+        self.p.step(
+            4,
+            self.TOTAL,
+            f"rl_test_inference(models=['local'], num_steps={SMOKE_TEST['num_steps']}, "
+            f"group_size={SMOKE_TEST['group_size']}): the local model answers a few prompts ...",
+        )
         last: list[str] = []
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -180,26 +196,36 @@ class Demo:
         deadline = time.monotonic() + TEST_DEADLINE_S
         while result.get("state") == "running":
             if time.monotonic() > deadline:
-                raise DemoFailed(f"the smoke test did not finish in {TEST_DEADLINE_S / 60:.0f} min; see {result.get('resource')}")
+                raise DemoFailed(
+                    f"the smoke test did not finish in {TEST_DEADLINE_S / 60:.0f} min; see {result.get('resource')}"
+                )
             await anyio.sleep(STATUS_POLL_S)  # the test runs in the background: poll its resource
             read = await self.client.read_resource(result["resource"])
             result = json.loads(read.contents[0].text)
         model = result["models_tested"][0] if result.get("models_tested") else {}
         summary = result.get("summary", {})
-        self.p.detail(f"{model.get('model')}: {model.get('state')}, accuracy {_fmt(model.get('accuracy'), 2)} "
-                      f"({model.get('correct_completions')}/{model.get('total_completions')} correct), "
-                      f"mean score {_fmt(model.get('mean_score'))}")
+        self.p.detail(
+            f"{model.get('model')}: {model.get('state')}, accuracy {_fmt(model.get('accuracy'), 2)} "
+            f"({model.get('correct_completions')}/{model.get('total_completions')} correct), "
+            f"mean score {_fmt(model.get('mean_score'))}"
+        )
         if not summary.get("environment_working"):
-            raise DemoFailed(f"the smoke test says the environment does not work: {result.get('message')} "
-                             f"{model.get('error') or ''}".strip())
+            raise DemoFailed(
+                f"the smoke test says the environment does not work: {result.get('message')} "
+                f"{model.get('error') or ''}".strip()
+            )
         self.p.detail("the environment loads, prompts, parses and scores: ready to train")
 
     async def train(self) -> None:
         started = await call(self.client, "rl_start_training")
         self.run_id = started["run_id"]
         self.run_state = "starting"
-        self.p.step(5, self.TOTAL, f"rl_start_training: run {self.run_id} ({started['backend']} backend, "
-                    f"{started['base_model']}, {started['num_steps']} steps)")
+        self.p.step(
+            5,
+            self.TOTAL,
+            f"rl_start_training: run {self.run_id} ({started['backend']} backend, "
+            f"{started['base_model']}, {started['num_steps']} steps)",
+        )
         self.p.detail("starting the Atropos API, the trainer (loads the model) and the environment ...")
 
     async def watch(self) -> None:
@@ -218,14 +244,20 @@ class Demo:
             phase = status.get("trainer_phase")
             if step > shown_step:
                 shown_step = step
-                self.p.line(f"  step {step:>2}/{total} {bar(step, total)}  reward {_fmt(metrics.get('reward_mean'))}"
-                            f"  loss {_fmt(metrics.get('loss'), 4)}  ({time.monotonic() - started:.0f} s)")
+                self.p.line(
+                    f"  step {step:>2}/{total} {bar(step, total)}  reward {_fmt(metrics.get('reward_mean'))}"
+                    f"  loss {_fmt(metrics.get('loss'), 4)}  ({time.monotonic() - started:.0f} s)"
+                )
             elif phase != shown_phase and phase and not step:
-                self.p.detail(f"{status['status']}: trainer {phase.replace('_', ' ')} ({time.monotonic() - started:.0f} s)")
+                self.p.detail(
+                    f"{status['status']}: trainer {phase.replace('_', ' ')} ({time.monotonic() - started:.0f} s)"
+                )
             shown_phase = phase
             if self.run_state in TERMINAL:
                 if self.run_state != "completed":
-                    raise DemoFailed(f"run {self.run_id} {self.run_state}: {status.get('error') or status.get('message')}")
+                    raise DemoFailed(
+                        f"run {self.run_id} {self.run_state}: {status.get('error') or status.get('message')}"
+                    )
                 return
             if time.monotonic() > deadline:
                 raise DemoFailed(f"run {self.run_id} did not finish in {RUN_DEADLINE_S / 60:.0f} min")
@@ -237,16 +269,24 @@ class Demo:
         if result.is_error:
             raise DemoFailed("rl_get_results failed: " + " ".join(getattr(c, "text", "") for c in result.content))
         data = result.structured_content or {}
-        self.p.step(7, self.TOTAL, f"rl_get_results({self.run_id!r}): {data.get('state')}, "
-                    f"{data.get('steps_completed')}/{data.get('num_steps')} steps")
+        self.p.step(
+            7,
+            self.TOTAL,
+            f"rl_get_results({self.run_id!r}): {data.get('state')}, "
+            f"{data.get('steps_completed')}/{data.get('num_steps')} steps",
+        )
         reward = (data.get("metrics") or {}).get("reward/mean")
         history = data.get("history") or []
         if reward:
             first = history[0].get("reward_mean") if history else None
-            self.p.detail(f"reward/mean: first {_fmt(first)} -> final {_fmt(reward['final'])} "
-                          f"(best {_fmt(reward['best'])} at step {reward['best_step']})")
+            self.p.detail(
+                f"reward/mean: first {_fmt(first)} -> final {_fmt(reward['final'])} "
+                f"(best {_fmt(reward['best'])} at step {reward['best_step']})"
+            )
         for point in history:
-            self.p.detail(f"  step {point['step']:>2}  reward {_fmt(point.get('reward_mean'))}  loss {_fmt(point.get('loss'), 4)}")
+            self.p.detail(
+                f"  step {point['step']:>2}  reward {_fmt(point.get('reward_mean'))}  loss {_fmt(point.get('loss'), 4)}"
+            )
         weights = data.get("weights") or {}
         if weights.get("sampler_weights"):
             self.p.detail(f"weights (LoRA adapter): {weights['sampler_weights']}")
@@ -295,7 +335,11 @@ def sweep(home: Path) -> list[int]:
         # Never our own group (a test runner or shell may share it with us): the process alone.
         # Signalled only when proven the demo's: its environment names the demo's state directory.
         outcome = stop(
-            proc.pid, pgid if pgid != own_group else proc.pid, create_time, str(home), SWEEP_GRACE_S,
+            proc.pid,
+            pgid if pgid != own_group else proc.pid,
+            create_time,
+            str(home),
+            SWEEP_GRACE_S,
             marker_env="MCP_RL_HOME",
         )
         if outcome.proven:
@@ -395,10 +439,13 @@ async def _run(options: DemoOptions, printer: Printer) -> int:
         printer.line(f"Done in {elapsed // 60:.0f} min {elapsed % 60:.0f} s. Nothing of the demo is left running.")
         printer.line(f"Reward curve: {demo.png}")
         printer.line(f"See its runs: MCP_RL_HOME={home} mcp-rl runs list")
-        printer.line("Use it from your agent: see \"Use it from an MCP client\" in the README (e.g. `claude mcp add ... -- mcp-rl serve`).")
+        printer.line(
+            'Use it from your agent: see "Use it from an MCP client" in the README (e.g. `claude mcp add ... -- mcp-rl serve`).'
+        )
         return 0
-    printer.line(f"The demo did not finish ({elapsed:.0f} s). Its state is kept in {home}; "
-                 "`mcp-rl doctor` checks the machine.")
+    printer.line(
+        f"The demo did not finish ({elapsed:.0f} s). Its state is kept in {home}; `mcp-rl doctor` checks the machine."
+    )
     return outcome or 1
 
 
@@ -409,4 +456,3 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     except DemoFailed as exc:
         printer.line(f"mcp-rl demo: {exc}")
         return 1
-

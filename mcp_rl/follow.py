@@ -70,7 +70,13 @@ def read_log_chunk(
         size = path.stat().st_size
     except FileNotFoundError:
         return LogChunk(
-            run_id=run_id, process=process, text="", start=0, next_cursor=0, size=0, at_end=True,
+            run_id=run_id,
+            process=process,
+            text="",
+            start=0,
+            next_cursor=0,
+            size=0,
+            at_end=True,
             message=f"{process}.log does not exist yet (the process has not started); read again with cursor=0.",
         )
     note = ""
@@ -97,15 +103,23 @@ def read_log_chunk(
             data = data[: newline + 1]
             end = start + len(data)
     at_end = end >= size
-    skipped = f"{start} earlier bytes not shown (cursor=0 reads from the start). " if cursor is None and start > 0 else ""
+    skipped = (
+        f"{start} earlier bytes not shown (cursor=0 reads from the start). " if cursor is None and start > 0 else ""
+    )
     more = (
         "Nothing more yet; call again with cursor=next_cursor for new lines."
         if at_end
         else f"{size - end} more bytes: call again with cursor=next_cursor."
     )
     return LogChunk(
-        run_id=run_id, process=process, text=data.decode("utf-8", errors="replace"), start=start, next_cursor=end,
-        size=size, at_end=at_end, message=note + skipped + more,
+        run_id=run_id,
+        process=process,
+        text=data.decode("utf-8", errors="replace"),
+        start=start,
+        next_cursor=end,
+        size=size,
+        at_end=at_end,
+        message=note + skipped + more,
     )
 
 
@@ -137,7 +151,9 @@ async def wait_for_run(
         if on_progress is not None and step is not None and step > reported:
             reported = float(step)
             total = status.metrics.num_steps if status.metrics else None
-            await on_progress(float(step), float(total) if total else None, f"run {run_id}: step {step}, {status.status}")
+            await on_progress(
+                float(step), float(total) if total else None, f"run {run_id}: step {step}, {status.status}"
+            )
         if reason is not None or time.monotonic() - started >= timeout_s:
             break
         await anyio.sleep(min(poll_s, max(0.0, timeout_s - (time.monotonic() - started))))

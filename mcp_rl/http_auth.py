@@ -113,8 +113,10 @@ def bind_policy(host: str, token: str | None, allowed_hosts: Iterable[str] = ())
     extra = {normalize_host(h) for h in allowed_hosts if h.strip()}
     if any(not _valid_host_name(h) for h in extra):
         bad = ", ".join(sorted(h for h in extra if not _valid_host_name(h)))
-        raise UserError(f"{ALLOWED_HOSTS_ENV} has entries that are not host names or addresses: {bad}. "
-                        "Give names without scheme, port or path, e.g. `mybox.example.org,10.0.0.5`.")
+        raise UserError(
+            f"{ALLOWED_HOSTS_ENV} has entries that are not host names or addresses: {bad}. "
+            "Give names without scheme, port or path, e.g. `mybox.example.org,10.0.0.5`."
+        )
     if is_loopback(host):
         return BindPolicy(token=token, allowed_hosts=frozenset(LOOPBACK_NAMES | {normalize_host(host)} | extra))
     if token is None:
@@ -193,8 +195,12 @@ class HostOriginMiddleware:
         if host_of_header(raw_host) not in self.allowed:
             # The allowed names go to the server's log, not to whoever sent the request.
             log.warning("refused a request with Host %r (allowed: %s)", raw_host[:200], ", ".join(sorted(self.allowed)))
-            await _refuse(send, 421, "invalid_host", "The Host header does not name this server "
-                          f"(its {ALLOWED_HOSTS_ENV} lists the names it answers to).")
+            await _refuse(
+                send,
+                421,
+                "invalid_host",
+                f"The Host header does not name this server (its {ALLOWED_HOSTS_ENV} lists the names it answers to).",
+            )
             return
         origin = _header(scope, b"origin")
         if origin is not None and host_of_origin(origin) not in self.allowed:

@@ -56,7 +56,9 @@ def serve_http(host: str, port: int, path: str = "/mcp", settings: Settings | No
     policy = policy_for(host, settings)
     app = build_http_app(policy, settings, path)
     shown = f"[{host}]" if ":" in host else host
-    print(f"mcp-rl: MCP over streamable HTTP at http://{shown}:{port}{path} ({policy.guard})", file=sys.stderr, flush=True)
+    print(
+        f"mcp-rl: MCP over streamable HTTP at http://{shown}:{port}{path} ({policy.guard})", file=sys.stderr, flush=True
+    )
     if not is_loopback(host):
         log.warning("serving on a non-loopback address %s; requests need the bearer token", host)
     # uvicorn's access log holds method, path and status only, never headers (so never the token).

@@ -57,7 +57,9 @@ class IdempotencyStore:
         Returns (answer, reused). If `make` raises, nothing is remembered.
         """
         if not key.strip() or len(key) > MAX_KEY_LENGTH:
-            raise UserError(f"idempotency_key must be 1 to {MAX_KEY_LENGTH} characters (e.g. a UUID). Nothing was done.")
+            raise UserError(
+                f"idempotency_key must be 1 to {MAX_KEY_LENGTH} characters (e.g. a UUID). Nothing was done."
+            )
         path = self._path(scope, key)
         with exclusive_lock(path.with_suffix(".lock")):
             prior = self._read(path)

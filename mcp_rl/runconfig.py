@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.errors import DamagedState, clip_message
+
 # RunPaths is defined with the run folder; re-exported for run.yaml's readers.
 from mcp_rl.rundir import RunPaths as RunPaths
 

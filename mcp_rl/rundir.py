@@ -264,7 +264,8 @@ def read_trainer_status(path: Path) -> StatusRead:
         return StatusRead(None, f"{path.name} is not valid UTF-8 JSON; the trainer's phase and step are not shown.")
     if not isinstance(data, dict):
         return StatusRead(
-            None, f"{path.name} holds a JSON {type(data).__name__}, not an object; the trainer's phase and step are not shown."
+            None,
+            f"{path.name} holds a JSON {type(data).__name__}, not an object; the trainer's phase and step are not shown.",
         )
     try:
         return StatusRead(TrainerStatus.model_validate(data), None)
@@ -272,7 +273,8 @@ def read_trainer_status(path: Path) -> StatusRead:
         bad = sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})
         kept = {k: v for k, v in data.items() if k not in bad}
         return StatusRead(
-            TrainerStatus.model_validate(kept), f"{path.name} has values of the wrong type for {', '.join(bad)}; they are not shown."
+            TrainerStatus.model_validate(kept),
+            f"{path.name} has values of the wrong type for {', '.join(bad)}; they are not shown.",
         )
 
 

@@ -40,8 +40,16 @@ def format_list(runs: RunList) -> str:
         return "No runs yet. Start one from an MCP client (rl_start_training) or with `mcp-rl demo`."
     header = ("RUN ID", "ENVIRONMENT", "STATUS", "BACKEND", "STEP", "REWARD", "STARTED", "MINUTES")
     rows = [
-        (r.run_id, r.environment, str(r.status), r.backend, "-" if r.step is None else str(r.step),
-         _num(r.latest_reward), _when(r.created_at), f"{r.running_time_minutes:.1f}")
+        (
+            r.run_id,
+            r.environment,
+            str(r.status),
+            r.backend,
+            "-" if r.step is None else str(r.step),
+            _num(r.latest_reward),
+            _when(r.created_at),
+            f"{r.running_time_minutes:.1f}",
+        )
         for r in runs.runs
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -61,8 +69,10 @@ def format_status(status: RunStatus) -> str:
     m = status.metrics
     if m is not None and m.step is not None:
         steps = f"{m.step}" + (f"/{m.num_steps}" if m.num_steps else "")
-        lines.append(f"step       {steps}  reward mean {_num(m.reward_mean)}  loss {_num(m.loss, 4)}"
-                     + (f"  correct {_num(m.percent_correct, 2)}" if m.percent_correct is not None else ""))
+        lines.append(
+            f"step       {steps}  reward mean {_num(m.reward_mean)}  loss {_num(m.loss, 4)}"
+            + (f"  correct {_num(m.percent_correct, 2)}" if m.percent_correct is not None else "")
+        )
     for name, proc in status.processes.items():
         port = f" port {proc.port}" if proc.port else ""
         pid = f" pid {proc.pid}" if proc.pid else ""

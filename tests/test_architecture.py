@@ -12,9 +12,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "mcp_rl"
 # Modules below this line never import the server (the MCP adapter sits on top of everything).
-NEVER_IMPORT_SERVER = ("mcp_rl.supervisor", "mcp_rl.trainer", "mcp_rl.environments", "mcp_rl.metrics",
-                       "mcp_rl.inference_test", "mcp_rl.config", "mcp_rl.runconfig", "mcp_rl.rundir",
-                       "mcp_rl.settings", "mcp_rl.processes")
+NEVER_IMPORT_SERVER = (
+    "mcp_rl.supervisor",
+    "mcp_rl.trainer",
+    "mcp_rl.environments",
+    "mcp_rl.metrics",
+    "mcp_rl.inference_test",
+    "mcp_rl.config",
+    "mcp_rl.runconfig",
+    "mcp_rl.rundir",
+    "mcp_rl.settings",
+    "mcp_rl.processes",
+)
 
 
 def _modules() -> dict[str, Path]:

@@ -220,7 +220,11 @@ def test_the_config_class_refuses_a_contradiction_and_nothing_changes(settings, 
 
     def check(values: dict) -> list[str]:
         seen.append(values)
-        return ["ToyConfig: min_operand (20) must not exceed max_operand (9)"] if values["min_operand"] > values["max_operand"] else []
+        return (
+            ["ToyConfig: min_operand (20) must not exceed max_operand (9)"]
+            if values["min_operand"] > values["max_operand"]
+            else []
+        )
 
     before = settings.session_file.read_bytes()
     with pytest.raises(UserError, match=r"ToyConfig refuses .*must not exceed.* Nothing was changed"):
@@ -228,7 +232,12 @@ def test_the_config_class_refuses_a_contradiction_and_nothing_changes(settings, 
     assert settings.session_file.read_bytes() == before
     assert seen[-1]["min_operand"] == 20 and seen[-1]["temperature"] == 1.0  # the whole merged config
     config.edit_config(settings, store, _spec(has_validators=True), "max_operand", 30, whole_config_check=check)
-    assert config.edit_config(settings, store, _spec(has_validators=True), "min_operand", 20, whole_config_check=check).value == 20
+    assert (
+        config.edit_config(
+            settings, store, _spec(has_validators=True), "min_operand", 20, whole_config_check=check
+        ).value
+        == 20
+    )
     # No validators (introspection says so): no check at all.
     config.edit_config(settings, store, _spec(has_validators=False), "min_operand", 50, whole_config_check=check)
     assert seen[-1]["min_operand"] == 20
@@ -240,7 +249,13 @@ def _write_session(settings: Settings, data: object) -> None:
 
 def test_unknown_and_bad_run_options_in_session_json_are_noted_and_reset(settings, store):
     data = json.loads(settings.session_file.read_text())
-    data["run_options"] = {"total_steps": "many", "lora_rank": 4, "warp_speed": 9, "learning_rate": None, "batch_size": 8}
+    data["run_options"] = {
+        "total_steps": "many",
+        "lora_rank": 4,
+        "warp_speed": 9,
+        "learning_rate": None,
+        "batch_size": 8,
+    }
     data["edits"] = {"temperature": None, "gone_field": 3, "group_size": 2}
     data["future_key"] = {"x": 1}
     _write_session(settings, data)
@@ -335,7 +350,9 @@ def test_the_arithmetic_config_class_refuses_min_above_max_at_edit_time(home: Pa
     try:
         svc.select("arithmetic")
         before = settings.session_file.read_bytes()
-        with pytest.raises(UserError, match=r"min_operand \(20\) must not exceed max_operand \(9\).*Nothing was changed"):
+        with pytest.raises(
+            UserError, match=r"min_operand \(20\) must not exceed max_operand \(9\).*Nothing was changed"
+        ):
             svc.edit("min_operand", 20)
         assert settings.session_file.read_bytes() == before
         svc.edit("max_operand", 30)

@@ -37,8 +37,31 @@ from mcp_rl.settings import Settings
 from tests.conftest import make_env
 
 # Values of every shape an agent may send; strings that YAML reads as numbers or booleans too.
-TRICKY_STRINGS = [".nan", "NaN", "nan", "inf", ".inf", "-.inf", "Infinity", "1.0e400", "true", "false", "null",
-                  "3", "-1", "0.5", "1e3", "+", "*-", "", " ", "[1, 2]", "{a: 1}", "sglang", "default"]
+TRICKY_STRINGS = [
+    ".nan",
+    "NaN",
+    "nan",
+    "inf",
+    ".inf",
+    "-.inf",
+    "Infinity",
+    "1.0e400",
+    "true",
+    "false",
+    "null",
+    "3",
+    "-1",
+    "0.5",
+    "1e3",
+    "+",
+    "*-",
+    "",
+    " ",
+    "[1, 2]",
+    "{a: 1}",
+    "sglang",
+    "default",
+]
 VALUES = st.one_of(
     st.integers(min_value=-(10**6), max_value=10**6),
     st.integers(),
@@ -58,7 +81,10 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-ENVIRONMENTS = ["arithmetic", pytest.param("gem", marks=pytest.mark.skipif(not _has("gem"), reason="gem-llm not installed"))]
+ENVIRONMENTS = [
+    "arithmetic",
+    pytest.param("gem", marks=pytest.mark.skipif(not _has("gem"), reason="gem-llm not installed")),
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +120,15 @@ def _config_class(name: str) -> type:
 def _same(stored: Any, answered: Any) -> bool:
     if isinstance(answered, float) and isinstance(stored, (int, float)) and not isinstance(stored, bool):
         return math.isclose(stored, answered, rel_tol=1e-12, abs_tol=0.0)
-    return stored == answered and type(stored) is type(answered) or (
-        isinstance(answered, int) and not isinstance(answered, bool) and isinstance(stored, int) and stored == answered
+    return (
+        stored == answered
+        and type(stored) is type(answered)
+        or (
+            isinstance(answered, int)
+            and not isinstance(answered, bool)
+            and isinstance(stored, int)
+            and stored == answered
+        )
     )
 
 
@@ -112,7 +145,10 @@ def test_any_accepted_value_round_trips_and_any_refused_value_changes_nothing(
     locked = config.locked_fields("local").env
     fields = sorted([f.name for f in spec.fields if f.name not in locked] + list(config.RUN_OPTION_NAMES))
     fields.remove("base_model")  # a local folder path: checked against the disk, not a type
-    check = lambda values: errors_of(config_cls, values, list(values))
+
+    def check(values):
+        return errors_of(config_cls, values, list(values))
+
     outcomes = {"accepted": 0, "refused": 0}
     initial = settings.session_file.read_bytes()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.metrics import env_metrics, results, store
+from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
 from mcp_rl.rundir import (
     ENV_METRICS_FILE,
     LOSS_KEY,
@@ -23,7 +24,6 @@ from mcp_rl.rundir import (
     RunPaths,
     TrainerPhase,
 )
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry, RunRecord, run_record_from_dir
@@ -40,9 +40,20 @@ WANDB_URL = "https://wandb.ai/team/mcp-rl/runs/abc"
 
 
 def _stats(reward: float) -> BatchStats:
-    return BatchStats(reward_mean=reward, reward_std=0.1, reward_min=0.0, reward_max=1.0, groups=2, sequences=8,
-                      zero_signal_groups=0, tokens=400, trained_tokens=300, advantages_mean=0.0, advantages_std=1.0,
-                      per_token_advantages_groups=0)
+    return BatchStats(
+        reward_mean=reward,
+        reward_std=0.1,
+        reward_min=0.0,
+        reward_max=1.0,
+        groups=2,
+        sequences=8,
+        zero_signal_groups=0,
+        tokens=400,
+        trained_tokens=300,
+        advantages_mean=0.0,
+        advantages_std=1.0,
+        per_token_advantages_groups=0,
+    )
 
 
 def write_run(settings: Settings, run_id: str, *, fail_at: int | None = None) -> RunPaths:
@@ -50,7 +61,9 @@ def write_run(settings: Settings, run_id: str, *, fail_at: int | None = None) ->
     paths = RunPaths.for_run(settings.runs_dir / run_id)
     RunConfig(
         run_id=run_id,
-        environment=EnvironmentRef(name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")),
+        environment=EnvironmentRef(
+            name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")
+        ),
         paths=paths,
         env={"group_size": 4, "batch_size": 8},
         openai=[{"model_name": "m", "base_url": "http://127.0.0.1:1/v1", "api_key": "x"}],
@@ -86,8 +99,17 @@ def _register(settings: Settings, run_id: str, state: RunState) -> None:
     now = time.time()
     run_dir = RunPaths.for_run(settings.runs_dir / run_id).run_dir
     Registry(settings.state_db).create_run(
-        RunRecord(run_id=run_id, environment="toy", backend="local", state=state, created_at=now, updated_at=now,
-                  ended_at=now, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml"))
+        RunRecord(
+            run_id=run_id,
+            environment="toy",
+            backend="local",
+            state=state,
+            created_at=now,
+            updated_at=now,
+            ended_at=now,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+        )
     )
 
 

@@ -54,8 +54,7 @@ def run_json_child(
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise UserError(
-            f"{doing} took longer than {timeout:.0f} s. {timeout_hint} "
-            "(the deadline is MCP_RL_INTROSPECT_TIMEOUT)."
+            f"{doing} took longer than {timeout:.0f} s. {timeout_hint} (the deadline is MCP_RL_INTROSPECT_TIMEOUT)."
         ) from None
     if proc.returncode != 0:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-15:]

@@ -74,7 +74,10 @@ def _ask_worker(
     """The worker's answer, or None when it could not give one (the caller asks a child)."""
     try:
         reply = worker.request(
-            env.file_path, env.class_name, env.project_root, settings.introspect_timeout_s,
+            env.file_path,
+            env.class_name,
+            env.project_root,
+            settings.introspect_timeout_s,
             check={"values": values, "edited": edited},
         )
     except WorkerError:

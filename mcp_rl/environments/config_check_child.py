@@ -58,7 +58,9 @@ def errors_of(config_cls: type, values: dict[str, Any], edited: list[str]) -> li
     return []
 
 
-def check(file_path: Path, class_name: str, project_root: Path, values: dict[str, Any], edited: list[str]) -> dict[str, Any]:
+def check(
+    file_path: Path, class_name: str, project_root: Path, values: dict[str, Any], edited: list[str]
+) -> dict[str, Any]:
     from mcp_rl.environments.loader import load_env_class
 
     cls = config_class(load_env_class(file_path, class_name, project_root))
@@ -69,8 +71,13 @@ def answer_check(request: dict[str, Any]) -> dict[str, Any]:
     """A check request of the introspection worker (`request["check"]`: values, edited), as data."""
     try:
         check_request = request["check"]
-        result = check(Path(request["file"]), request["class_name"], Path(request["project_root"]),
-                       check_request["values"], check_request["edited"])
+        result = check(
+            Path(request["file"]),
+            request["class_name"],
+            Path(request["project_root"]),
+            check_request["values"],
+            check_request["edited"],
+        )
         return {"ok": True, "check": result}
     except Exception as exc:  # any failure of the environment's code is reported, not fatal
         return {"ok": False, "failure": {"kind": "error", "module": None, "message": f"{type(exc).__name__}: {exc}"}}

@@ -318,9 +318,7 @@ def _name_duplicates(
         members = [out[i] for i in indices]
         qualified = _qualified_names(members, roots)
         for i, q in zip(indices, qualified, strict=True):
-            out[i] = out[i].model_copy(
-                update={"qualified_name": q, "select_name": name if i == indices[0] else q}
-            )
+            out[i] = out[i].model_copy(update={"qualified_name": q, "select_name": name if i == indices[0] else q})
         duplicates.append(
             DuplicateName(
                 name=name,
@@ -336,6 +334,7 @@ def _name_duplicates(
 def _qualified_names(members: list[EnvironmentInfo], roots: dict[Path, Path]) -> list[str]:
     """`folder/name` with as many trailing folders as it takes to tell them apart (relative to
     the searched folder, then absolute); two of one folder also get the file stem and class."""
+
     def parts(env: EnvironmentInfo) -> list[str]:
         root = roots.get(env.file_path)
         folder = env.file_path.parent

@@ -34,7 +34,7 @@ CACHE_FORMAT = 1
 EXAMPLES_PER_GROUP = 3
 
 
-class GemEntry(BaseModel):
+class GemEntry(BaseModel):  # type: ignore[no-redef]  # field `kwargs` vs the pydantic plugin's __init__(**kwargs)
     id: str
     group: str
     entry_point: str
@@ -111,7 +111,9 @@ def looks_like_gem_id(name: str) -> bool:
 
 def _cache_path(settings: Settings, version: str) -> Path:
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in version)
-    return settings.cache_dir / "gem" / f"catalog-{safe}-{CACHE_FORMAT}-py{sys.version_info[0]}{sys.version_info[1]}.json"
+    return (
+        settings.cache_dir / "gem" / f"catalog-{safe}-{CACHE_FORMAT}-py{sys.version_info[0]}{sys.version_info[1]}.json"
+    )
 
 
 def load_catalog(settings: Settings) -> GemCatalog:

@@ -40,8 +40,8 @@ def _module_facts(module_path: str, cache: dict[str, tuple[str, bool]]) -> tuple
         if spec is not None and spec.origin and spec.origin.endswith(".py"):
             with open(spec.origin, encoding="utf-8") as fh:
                 tree = ast.parse(fh.read())
-            doc = (ast.get_docstring(tree) or "").strip().splitlines()[0:1]
-            doc = doc[0].strip() if doc else ""
+            first = (ast.get_docstring(tree) or "").strip().splitlines()[0:1]
+            doc = first[0].strip() if first else ""
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "nltk" for a in node.names):
                     uses_nltk = True

@@ -160,7 +160,9 @@ def _doing(env: EnvironmentInfo) -> str:
     return f"Reading the config of {env.name!r} (importing {env.file_path})"
 
 
-def _ask(settings: Settings, env: EnvironmentInfo, worker: IntrospectionWorker | None, timeout_s: float) -> dict[str, Any]:
+def _ask(
+    settings: Settings, env: EnvironmentInfo, worker: IntrospectionWorker | None, timeout_s: float
+) -> dict[str, Any]:
     if worker is not None:
         try:
             return worker.request(env.file_path, env.class_name, env.project_root, timeout_s)
@@ -226,6 +228,5 @@ def load_failure(env: EnvironmentInfo, failure: dict[str, Any], log_tail: list[s
     traceback_lines = [line.rstrip() for chunk in failure.get("traceback") or [] for line in chunk.splitlines()]
     return UserError(
         f"Environment {env.name!r} failed to load: {failure.get('message', 'unknown error')}. "
-        f"Fix {env.file_path} (or what it imports) and select it again."
-        + _tail(traceback_lines[-10:] or log_tail)
+        f"Fix {env.file_path} (or what it imports) and select it again." + _tail(traceback_lines[-10:] or log_tail)
     )

@@ -48,7 +48,7 @@ def _json_safe(value: Any) -> Any:
         return str(value)
 
 
-def describe(config_cls: type, initial: Any) -> list[dict[str, Any]]:
+def describe(config_cls: Any, initial: Any) -> list[dict[str, Any]]:  # a pydantic model class
     schema = config_cls.model_json_schema(mode="validation")
     defs = schema.get("$defs", {})
     properties = schema.get("properties", {})
@@ -58,7 +58,7 @@ def describe(config_cls: type, initial: Any) -> list[dict[str, Any]]:
         field_schema = dict(properties.get(name, {}))
         if defs:
             field_schema["$defs"] = defs
-        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        default: Any = None if info.is_required() else info.get_default(call_default_factory=True)
         if hasattr(default, "model_dump"):
             default = default.model_dump(mode="json")
         fields.append(
@@ -241,11 +241,11 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
             data = json.dumps(answer).encode()
             with os.fdopen(write_fd, "wb") as out:
                 out.write(data)
-        except BaseException:  # noqa: BLE001 - the child must always reach os._exit
+        except BaseException:
             code = 1
             try:
                 traceback.print_exc()
-            except BaseException:  # noqa: BLE001
+            except BaseException:
                 pass
         finally:
             try:
@@ -273,8 +273,15 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
     try:
         answer = json.loads(data)
     except ValueError:
-        return {"ok": False, "failure": {"kind": "crash", "module": None, "message": "the child exited without an answer",
-                                         "traceback": _log_tail(log_path)}}
+        return {
+            "ok": False,
+            "failure": {
+                "kind": "crash",
+                "module": None,
+                "message": "the child exited without an answer",
+                "traceback": _log_tail(log_path),
+            },
+        }
     if not answer.get("ok"):
         answer["log_tail"] = _log_tail(log_path)
     return answer

@@ -28,7 +28,10 @@ from mcp_rl.settings import SECRET_ENV_VARS, Settings
 _SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
 # Clients some environments create when imported (OpenAI() raises without a key): a placeholder
 # lets them import; config introspection never calls a service.
-DUMMY_KEYS = {"OPENAI_API_KEY": "mcp-rl-introspection-placeholder", "ANTHROPIC_API_KEY": "mcp-rl-introspection-placeholder"}
+DUMMY_KEYS = {
+    "OPENAI_API_KEY": "mcp-rl-introspection-placeholder",
+    "ANTHROPIC_API_KEY": "mcp-rl-introspection-placeholder",
+}
 # How long close() lets the worker finish on its own before it is terminated.
 _CLOSE_GRACE_S = 2.0
 
@@ -95,7 +98,12 @@ class IntrospectionWorker:
         return self._proc
 
     def request(
-        self, file_path: Path, class_name: str, project_root: Path, timeout_s: float, check: dict[str, Any] | None = None
+        self,
+        file_path: Path,
+        class_name: str,
+        project_root: Path,
+        timeout_s: float,
+        check: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One environment described by a forked child, within `timeout_s` in all (warm-up
         included). Returns the child's answer (`ok`, `spec` | `failure` | `timeout`). With

@@ -147,8 +147,11 @@ def _guard_config_init(cls: Any, values: dict[str, Any]) -> None:
         except Exception as exc:  # the environment's own code; selection fell back the same way
             from atroposlib.envs.base import ServerBaseline
 
-            print(f"config_init() raised {type(exc).__name__}: {exc}; using the config class's defaults "
-                  "with the run's values", file=sys.stderr)
+            print(
+                f"config_init() raised {type(exc).__name__}: {exc}; using the config class's defaults "
+                "with the run's values",
+                file=sys.stderr,
+            )
             return fallback_config(cls, values), ServerBaseline()
 
     cls.config_init = staticmethod(config_init)

@@ -123,7 +123,11 @@ class EnvironmentService:
         if env.preset:
             preset = dict(env.preset)
             self.store.update(lambda s: s.model_copy(update={"edits": preset}))
-        note = f" config_init() failed, so {spec.config_class} defaults are used: {spec.fallback_reason}" if spec.fallback_reason else ""
+        note = (
+            f" config_init() failed, so {spec.config_class} defaults are used: {spec.fallback_reason}"
+            if spec.fallback_reason
+            else ""
+        )
         if env.preset:
             note += f" Preset: {', '.join(f'{k}={v!r}' for k, v in env.preset.items())}."
         return SelectResult(
@@ -198,4 +202,9 @@ class EnvironmentService:
         options, _ = config.resolve_run_options(self.settings, session.run_options)
         backend = config.effective_backend(self.settings, options.backend)
         fields = config.locked_fields(backend)
-        return {"backend": backend, "env": fields.env, "openai": fields.openai, "note": "'derived' values are set when a run starts."}
+        return {
+            "backend": backend,
+            "env": fields.env,
+            "openai": fields.openai,
+            "note": "'derived' values are set when a run starts.",
+        }

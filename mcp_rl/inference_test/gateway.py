@@ -106,7 +106,9 @@ def error_message(body: bytes) -> str:
     return json.dumps(data)[:200]
 
 
-def cause_line(status: int, message: str, model: ModelSpec, reasoning_sent: bool, known: list[str] | None = None) -> tuple[str, bool]:
+def cause_line(
+    status: int, message: str, model: ModelSpec, reasoning_sent: bool, known: list[str] | None = None
+) -> tuple[str, bool]:
     """(one line with the cause and the fix, whether the model must stop now) for an HTTP error."""
     remote = model.provider == "openrouter"
     who = _provider_name(remote)
@@ -313,7 +315,8 @@ class Lane:
     def _account(self, data: dict[str, Any]) -> None:
         """Usage and answer counts of a 200 response (lock held)."""
         used = self.usage
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        raw_usage = data.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         used.prompt_tokens += prompt
@@ -460,14 +463,16 @@ class Gateway:
                     return
                 try:
                     status, data = lane.forward("/" + parts[3], raw)
-                except Exception as exc:  # noqa: BLE001 - a gateway bug must not hang the child
+                except Exception as exc:
                     log.exception("gateway error")
                     status, data = 500, json.dumps({"error": {"message": f"mcp-rl test gateway: {exc!r}"}}).encode()
                 self._send(status, data)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-gateway", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-gateway", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -490,7 +495,9 @@ class Preflight:
     known_ids: list[str]
 
 
-def preflight(base_url: str, api_key: str | None, model_ids: list[str], client: httpx.Client | None = None) -> Preflight:
+def preflight(
+    base_url: str, api_key: str | None, model_ids: list[str], client: httpx.Client | None = None
+) -> Preflight:
     """Check the ids against GET /models and the key against GET /key (both free).
 
     A provider that offers neither list is not checked (the first request then tells).
@@ -519,9 +526,9 @@ def preflight(base_url: str, api_key: str | None, model_ids: list[str], client: 
             line, _ = cause_line(401, error_message(key.content), spec, False)
             causes = {m: line for m in model_ids}
         elif key is not None and key.status_code == 200:
-            line = _spent_key_line(key)
-            if line:
-                causes = {m: line for m in model_ids}
+            spent = _spent_key_line(key)
+            if spent:
+                causes = {m: spent for m in model_ids}
     return Preflight(causes, known)
 
 

@@ -72,7 +72,9 @@ class ModelSpec(BaseModel):
     reasoning: dict[str, Any] | None = Field(
         default=None, description="OpenRouter `reasoning` request options added to every request (remote models)."
     )
-    min_max_tokens: int | None = Field(default=None, description="max_tokens is raised to at least this (remote models).")
+    min_max_tokens: int | None = Field(
+        default=None, description="max_tokens is raised to at least this (remote models)."
+    )
     request_budget: int | None = Field(default=None, description="Most requests this model may make in the test.")
     token_budget: int | None = Field(default=None, description="Most tokens (prompt + completion) this model may use.")
 
@@ -81,18 +83,26 @@ class ModelUsage(BaseModel):
     """What one model's requests cost, counted by the test's gateway."""
 
     requests: int = Field(default=0, description="Requests sent to the provider (retries included).")
-    retries: int = Field(default=0, description="Of those, repeats after a rate limit, provider error or lost connection.")
+    retries: int = Field(
+        default=0, description="Of those, repeats after a rate limit, provider error or lost connection."
+    )
     refused: int = Field(default=0, description="Requests the gateway answered itself (budget spent or model stopped).")
     answers: int = Field(default=0, description="Completions with content.")
-    empty_answers: int = Field(default=0, description="Completions with empty content cut at max_tokens (reasoning used it up).")
+    empty_answers: int = Field(
+        default=0, description="Completions with empty content cut at max_tokens (reasoning used it up)."
+    )
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     total_tokens: int = 0
-    cost_usd: float | None = Field(default=None, description="As reported by the provider (OpenRouter usage accounting).")
+    cost_usd: float | None = Field(
+        default=None, description="As reported by the provider (OpenRouter usage accounting)."
+    )
     request_budget: int | None = None
     token_budget: int | None = None
-    errors: dict[str, int] = Field(default_factory=dict, description="Provider answers that were errors, by HTTP status.")
+    errors: dict[str, int] = Field(
+        default_factory=dict, description="Provider answers that were errors, by HTTP status."
+    )
     last_error: str | None = Field(default=None, description="The provider's last error, in its own words.")
 
 
@@ -184,19 +194,29 @@ class ModelResult(BaseModel):
     min_score: float | None = None
     max_score: float | None = None
     steps_with_correct: int = 0
-    step_success_rate: float | None = Field(default=None, description="Fraction of steps with at least one correct completion.")
+    step_success_rate: float | None = Field(
+        default=None, description="Fraction of steps with at least one correct completion."
+    )
     zero_variance_steps: int = Field(default=0, description="Groups whose scores are all equal (no GRPO signal).")
     unreadable_lines: int = 0
     samples: list[RolloutSample] = []
 
-    usage: ModelUsage | None = Field(default=None, description="Requests, tokens and cost of this model (remote and local).")
-    notes: list[str] = Field(default_factory=list, description="Things worth knowing about the answers (e.g. empty ones).")
-    error: str | None = Field(default=None, description="Why the model did not succeed: one line with the cause and the fix.")
+    usage: ModelUsage | None = Field(
+        default=None, description="Requests, tokens and cost of this model (remote and local)."
+    )
+    notes: list[str] = Field(
+        default_factory=list, description="Things worth knowing about the answers (e.g. empty ones)."
+    )
+    error: str | None = Field(
+        default=None, description="Why the model did not succeed: one line with the cause and the fix."
+    )
     log_tail: str | None = None
     output_file: str | None = None
     html_file: str | None = None
     log_file: str | None = None
-    resources: dict[str, str] = Field(default_factory=dict, description="rl:// URIs of the result, the JSONL, the HTML report and the log.")
+    resources: dict[str, str] = Field(
+        default_factory=dict, description="rl:// URIs of the result, the JSONL, the HTML report and the log."
+    )
 
 
 class TestConfig(BaseModel):

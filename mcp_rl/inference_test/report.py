@@ -16,18 +16,18 @@ from typing import Any
 
 from mcp_rl.inference_test.models import (
     FINAL_MODEL_STATES,
+    MODEL_HTML,
+    MODEL_JSONL,
+    MODEL_LOG,
     InferenceTestResult,
     ModelResult,
+    ModelSpec,
     RolloutSample,
     StepResult,
     TestConfig,
     TestSpec,
     TestState,
     TestSummary,
-    MODEL_HTML,
-    MODEL_JSONL,
-    MODEL_LOG,
-    ModelSpec,
     model_uri,
     test_uri,
 )

@@ -68,13 +68,22 @@ LOCAL_MODEL_NAME = "local"
 # configures logging) — used only for progress, never for results.
 _PROGRESS_MARK = b"Successfully processed group"
 _GROUP_RETRY_MARK = b"Failed to process group"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt", "special_tokens_map.json")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+)
 # Keys a process-mode child must not inherit: it gets at most the one it needs, by name.
 _STRIPPED_ENV = (*SECRET_ENV_VARS, "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ADMIN_KEY")
 
 
 # --- the per-model process-mode config --------------------------------------------------------
-def process_config(spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer: Path | str, base_url: str) -> dict[str, Any]:
+def process_config(
+    spec: TestSpec, model: ModelSpec, model_dir: Path, tokenizer: Path | str, base_url: str
+) -> dict[str, Any]:
     """The YAML Atropos `process --config` reads for one model (no secret in it, ever)."""
     env = dict(spec.env_config)
     env.update(
@@ -152,9 +161,13 @@ def _fetch_tokenizer(repo_id: str) -> str | None:
             return None
         # Only the tokenizer's small files, never weights; offline settings make this fail fast.
         snapshot_download(repo_id, allow_patterns=list(_TOKENIZER_FILES), etag_timeout=10)
-    except Exception as exc:  # noqa: BLE001 - any failure means: use the local model's tokenizer
+    except Exception as exc:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return None if isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str) else "no tokenizer_config.json"
+    return (
+        None
+        if isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str)
+        else "no tokenizer_config.json"
+    )
 
 
 def process_argv(spec: TestSpec, config_path: Path) -> list[str]:
@@ -201,7 +214,9 @@ class LocalServer:
         argv = [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(model_path), "--port", str(port)]
         proc = spawn(argv, log_path, env)
         ident = identify(proc.pid)
-        record = WorkerRecord(pid=proc.pid, pgid=proc.pid, create_time=ident.create_time if ident else 0.0, started_at=time.time())
+        record = WorkerRecord(
+            pid=proc.pid, pgid=proc.pid, create_time=ident.create_time if ident else 0.0, started_at=time.time()
+        )
         # A reader that finds the worker dead ends the server with this.
         write_text_atomic(log_path.parent / LOCAL_SERVER_FILE, record.model_dump_json())
         log.info("local model server pid %s on port %s", proc.pid, port)
@@ -217,7 +232,9 @@ class LocalServer:
             return True
         code = self.proc.poll()
         if code is not None:
-            raise LocalServerError(f"the local model server exited ({code}) before it was ready:\n{report.tail_text(self.log_path)}")
+            raise LocalServerError(
+                f"the local model server exited ({code}) before it was ready:\n{report.tail_text(self.log_path)}"
+            )
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
                 self.ready = response.status == 200
@@ -311,7 +328,13 @@ class TestWorker:
             if run.lane is not None and run.result.state == "running":
                 run.result = run.result.model_copy(update={"usage": run.lane.snapshot()})
         result = report.build_result(
-            self.spec, [r.result for r in self.runs], self.dir, self.started_at, state, finished, note,
+            self.spec,
+            [r.result for r in self.runs],
+            self.dir,
+            self.started_at,
+            state,
+            finished,
+            note,
             tokenizer_note=self.tokenizer_note,
         )
         result.dump(self.dir / SUMMARY_FILE)
@@ -332,7 +355,9 @@ class TestWorker:
             if usage.empty_answers and state == "succeeded":
                 fix = (
                     f" (reasoning used the budget); set `reasoning` or raise `min_max_tokens` for {run.model.id} in "
-                    "configs/test_models.yaml" if run.lane.remote else ""
+                    "configs/test_models.yaml"
+                    if run.lane.remote
+                    else ""
                 )
                 notes.append(
                     f"{usage.empty_answers} of {usage.empty_answers + usage.answers} answers were empty, cut at "
@@ -384,7 +409,12 @@ class TestWorker:
         write_text_atomic(config_path, yaml.safe_dump(config, sort_keys=False))
         run.started = time.time()
         run.deadline = time.monotonic() + self.spec.model_timeout_s
-        run.proc = spawn(process_argv(self.spec, config_path), run.log_path, child_env(self.settings, self.gateway.token), cwd=run.folder)
+        run.proc = spawn(
+            process_argv(self.spec, config_path),
+            run.log_path,
+            child_env(self.settings, self.gateway.token),
+            cwd=run.folder,
+        )
         ident = identify(run.proc.pid)
         run.result = run.result.model_copy(
             update={
@@ -457,14 +487,16 @@ class TestWorker:
                 from mcp_rl.models import resolve_model
 
                 local_model = resolve_model(self.settings, self.spec.local_model)
-            except Exception as exc:  # noqa: BLE001 - reported as the test's failure
+            except Exception as exc:
                 raise LocalServerError(f"cannot load the local model/tokenizer: {exc}") from exc
             tokenizer, self.tokenizer_note = choose_tokenizer(self.spec.tokenizer, local_model)
             self.spec = self.spec.model_copy(update={"tokenizer": str(tokenizer)})
             self._check_remote(pending)
             if any(r.model.provider == "local" for r in pending):
                 # Loads while the remote models already run; local ones start once it is ready.
-                local = LocalServer.spawn(self.settings, local_model, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s)
+                local = LocalServer.spawn(
+                    self.settings, local_model, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s
+                )
             while (pending or running) and not self.stop.is_set():
                 changed = False
                 if local is not None and not local.ready:
@@ -555,4 +587,3 @@ def main(argv: list[str] | None = None) -> int:
     state = worker.run()
     log.info("test %s %s", worker.spec.test_id, state)
     return 0 if state == "completed" else 1
-

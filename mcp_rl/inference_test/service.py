@@ -71,11 +71,15 @@ def model_catalog() -> tuple[list[ModelSpec], ModelSpec]:
     """The default OpenRouter models and the local entry, from configs/test_models.yaml."""
     raw = _catalog_yaml()
     remote = [
-        ModelSpec(id=m["id"], name=m["name"], scale=m["scale"], provider="openrouter", slug=model_slug(m["id"]), **_options(m))
+        ModelSpec(
+            id=m["id"], name=m["name"], scale=m["scale"], provider="openrouter", slug=model_slug(m["id"]), **_options(m)
+        )
         for m in raw["openrouter"]
     ]
     loc = raw["local"]
-    return remote, ModelSpec(id=LOCAL_MODEL_ID, name=loc["name"], scale=loc["scale"], provider="local", slug=LOCAL_MODEL_ID)
+    return remote, ModelSpec(
+        id=LOCAL_MODEL_ID, name=loc["name"], scale=loc["scale"], provider="local", slug=LOCAL_MODEL_ID
+    )
 
 
 def with_budgets(models: list[ModelSpec], num_steps: int, group_size: int) -> list[ModelSpec]:
@@ -83,12 +87,16 @@ def with_budgets(models: list[ModelSpec], num_steps: int, group_size: int) -> li
     configs/test_models.yaml sets them."""
     budgets = _catalog_yaml().get("budgets") or {}
     planned = num_steps * group_size
-    margin = max(int(budgets.get("min_request_margin", 4)), math.ceil(planned * float(budgets.get("request_margin", 0.25))))
+    margin = max(
+        int(budgets.get("min_request_margin", 4)), math.ceil(planned * float(budgets.get("request_margin", 0.25)))
+    )
     per_request = int(budgets.get("tokens_per_request", 4096))
     out = []
     for m in models:
         requests = m.request_budget or planned + margin
-        out.append(m.model_copy(update={"request_budget": requests, "token_budget": m.token_budget or requests * per_request}))
+        out.append(
+            m.model_copy(update={"request_budget": requests, "token_budget": m.token_budget or requests * per_request})
+        )
     return out
 
 
@@ -124,7 +132,11 @@ def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]
                     "Set it in the server's environment, or test with models=['local'] (the embedded default model, no key needed)."
                 )
             spec = known.get(model_id) or ModelSpec(
-                id=model_id, name=model_id, scale="custom", provider="openrouter", slug=model_slug(model_id),
+                id=model_id,
+                name=model_id,
+                scale="custom",
+                provider="openrouter",
+                slug=model_slug(model_id),
                 **_options(_catalog_yaml().get("openrouter_defaults") or {}),
             )
         slug, n = spec.slug, 2
@@ -156,7 +168,9 @@ def session_environment(environments: Any) -> tuple[EnvironmentRef, dict[str, An
     # The tokenizer a run would use is its base model's (the worker falls back to the local
     # model's when that one is not on this machine).
     values["tokenizer_name"] = (
-        str(config.local_model_location(environments.settings, options.base_model)) if backend == "local" else options.base_model
+        str(config.local_model_location(environments.settings, options.base_model))
+        if backend == "local"
+        else options.base_model
     )
     known = {f.name for f in spec.fields}
     return session.environment, {k: v for k, v in values.items() if k in known}
@@ -297,12 +311,19 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
     except (FileNotFoundError, ValueError):
         pass
     models = [
-        m if m.state in FINAL_MODEL_STATES else m.model_copy(update={"state": "failed", "error": error, "log_tail": tail})
+        m
+        if m.state in FINAL_MODEL_STATES
+        else m.model_copy(update={"state": "failed", "error": error, "log_tail": tail})
         for m in result.models_tested
     ]
     spec = TestSpec.load(folder / SPEC_FILE)
     failed = report.build_result(
-        spec, models, folder, result.started_at, "failed", time.time(),
+        spec,
+        models,
+        folder,
+        result.started_at,
+        "failed",
+        time.time(),
         note=f"The test worker exited unexpectedly; see {folder / WORKER_LOG}.",
     )
     failed.dump(folder / SUMMARY_FILE)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mcp_rl.rundir import ENV_METRICS_FILE, METRICS_FILE
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.registry import Registry
 
 RUNS_URI = "rl://runs"
 
@@ -41,15 +42,13 @@ class RunWatch:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._registry = None
+        self._registry: Registry | None = None
         self._last: dict[str, RunSnapshot] | None = None
 
     def _snapshot(self) -> dict[str, RunSnapshot]:
         if self._registry is None:
             if not self._settings.state_db.exists():
                 return {}
-            from mcp_rl.supervisor.registry import Registry
-
             self._registry = Registry(self._settings.state_db)
         out = {}
         previous = self._last or {}

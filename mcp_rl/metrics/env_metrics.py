@@ -73,7 +73,7 @@ def install(path: Path) -> None:
                 log.warning("could not record environment metrics to %s: %s", path, exc)
 
     setattr(wandb_log, _MARK, True)
-    BaseEnv.wandb_log = wandb_log  # type: ignore[method-assign]
+    BaseEnv.wandb_log = wandb_log
 
 
 def install_for_run(mode: str, env_args: Sequence[str]) -> Path | None:

@@ -40,11 +40,15 @@ class RunResults(BaseModel):
 
     run_id: str
     run_dir: str = Field(description="The run's folder: run.yaml, logs/, metrics.jsonl, checkpoints/.")
-    state: str = Field(description="starting | running | stopping | completed | failed | stopped (unknown: no registry row).")
+    state: str = Field(
+        description="starting | running | stopping | completed | failed | stopped (unknown: no registry row)."
+    )
     cause: str | None = Field(None, description="Why the run ended or failed, when recorded.")
     environment: str | None = None
     backend: str | None = None
-    trainer_phase: TrainerPhase | None = Field(None, description="What the trainer was last doing (trainer_status.json).")
+    trainer_phase: TrainerPhase | None = Field(
+        None, description="What the trainer was last doing (trainer_status.json)."
+    )
     steps_completed: int = Field(0, description="Last trainer step with metrics.")
     num_steps: int | None = Field(None, description="Steps the run was configured for.")
     metrics: dict[str, MetricSummary] = Field(
@@ -113,7 +117,9 @@ async def get_results(
     if report.mode == "offline":
         offline = sorted((Path(results.run_dir) / "wandb").glob("offline-run-*"))
         if offline:
-            results.notes.append(f"W&B offline run(s) on disk: {', '.join(map(str, offline))} (upload: wandb sync <dir>).")
+            results.notes.append(
+                f"W&B offline run(s) on disk: {', '.join(map(str, offline))} (upload: wandb sync <dir>)."
+            )
     return results
 
 

@@ -89,7 +89,9 @@ def damage_report(run_dir: Path) -> list[str]:
         if name == CHECKPOINTS_FILE:  # one line per checkpoint: small enough to read here
             bad = rundir.read_checkpoints(path).bad
             if bad:
-                problems.append(f"{name}: {bad} unreadable record(s) were skipped; the checkpoints they name are not listed.")
+                problems.append(
+                    f"{name}: {bad} unreadable record(s) were skipped; the checkpoints they name are not listed."
+                )
     problem = rundir.read_trainer_status(run_dir / TRAINER_STATUS_FILE).problem
     if problem:
         problems.append(problem)
@@ -150,7 +152,9 @@ class StepTable(BaseModel):
 
     rows: list[dict[str, Any]] = Field(default_factory=list, description="Sorted by step, one per step.")
     bad_lines: int = 0
-    problems: list[str] = Field(default_factory=list, description="Metrics files that could not be read at all, and why.")
+    problems: list[str] = Field(
+        default_factory=list, description="Metrics files that could not be read at all, and why."
+    )
     trainer_last_step: int | None = Field(None, description="Last step the trainer logged (env lines aside).")
 
     @property

@@ -193,6 +193,7 @@ async def lookup(query: WandbQuery) -> WandbReport:
     early = skipped(query)
     if early is not None:
         return early
+
     def work() -> WandbReport:
         return read_runs(_default_api(query), query)
 

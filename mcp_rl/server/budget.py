@@ -122,7 +122,7 @@ class Jobs:
         def run() -> None:
             try:
                 job.result = fn()
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever collects the job, never lost
+            except BaseException as exc:
                 job.error = exc
             finally:
                 job.finished_at = time.time()

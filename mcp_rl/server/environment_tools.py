@@ -23,7 +23,9 @@ from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-IDEMPOTENT_EDIT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+IDEMPOTENT_EDIT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
 
 class EnvironmentEntry(BaseModel):
@@ -63,7 +65,9 @@ class EnvironmentList(BaseModel):
         description="Names defined more than once: the plain name means the first one found (`used_as`); each is also selectable by its qualified name."
     )
     searched: list[str]
-    limits_hit: list[str] = Field(default_factory=list, description="Search limits reached (depth, file count): what was not searched.")
+    limits_hit: list[str] = Field(
+        default_factory=list, description="Search limits reached (depth, file count): what was not searched."
+    )
     tips: list[str]
     gem: GemSummary | None = Field(None, description="GEM environments by group (ids listed with a filter).")
     gem_environments: list[GemEnvironmentEntry] = Field(
@@ -119,7 +123,9 @@ async def selected_spec_ready(
     changed), within the call's budget; otherwise refuse, changing nothing, and say when to retry."""
     session = await anyio.to_thread.run_sync(service.store.read)
     key = f"spec:{session.environment.file_path if session.environment else None}"
-    done, _, job = await run_within(jobs, key, "reading the selected environment's config", service.selected, budget, progress)
+    done, _, job = await run_within(
+        jobs, key, "reading the selected environment's config", service.selected, budget, progress
+    )
     if not done:
         raise ToolError(
             f"The selected environment's config is still being read (its file changed; importing it has taken "
@@ -173,14 +179,18 @@ def register(mcp: MCPServer, state: AppState) -> None:
         budget = CallBudget(budget_s)
         progress = Progress(ctx, budget)
         # Scanning large MCP_RL_ENV_PATHS folders reads every Python file once (then cached).
-        scanned, catalog, scan = await run_within(jobs, "scan", "scanning the environment folders", service.catalog, budget, progress)
+        scanned, catalog, scan = await run_within(
+            jobs, "scan", "scanning the environment folders", service.catalog, budget, progress
+        )
         if not scanned:
             raise ToolError(
                 f"Still scanning the environment folders ({scan.running_for():.0f} s so far; it goes on in the "
                 "background): call rl_list_environments again in a moment."
             )
         # The first read of the GEM catalog imports gem in a child process (seconds, or more).
-        done, gem, job = await run_within(jobs, "gem-catalog", "listing the GEM environments", service.gem, budget, progress)
+        done, gem, job = await run_within(
+            jobs, "gem-catalog", "listing the GEM environments", service.gem, budget, progress
+        )
         if not done:
             gem = GemCatalog(
                 installed=True,
@@ -201,7 +211,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         environments = [
             e
             for e in catalog.environments
-            if filter is None or filter.strip().lower() in ("gem", "*") or _matches(filter, e.select_name, e.description)
+            if filter is None
+            or filter.strip().lower() in ("gem", "*")
+            or _matches(filter, e.select_name, e.description)
         ]
         missing = await anyio.to_thread.run_sync(service.missing_modules, catalog)
         return EnvironmentList(
@@ -257,7 +269,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         def load() -> None:  # the slow part: find it (GEM ids read GEM's catalog) and import it
             service.spec(service.get(name))
 
-        done, _, job = await run_within(jobs, f"select:{name}", f"importing {name} to read its config", load, budget, progress)
+        done, _, job = await run_within(
+            jobs, f"select:{name}", f"importing {name} to read its config", load, budget, progress
+        )
         if not done:
             return SelectAnswer(
                 status="loading",

@@ -43,8 +43,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ] = "trainer",
         cursor: Annotated[
             int | None,
-            Field(ge=0, description="Byte offset to read from: the next_cursor of the previous answer. "
-                  "Leave it out to get the end of the log."),
+            Field(
+                ge=0,
+                description="Byte offset to read from: the next_cursor of the previous answer. "
+                "Leave it out to get the end of the log.",
+            ),
         ] = None,
         max_bytes: Annotated[
             int, Field(ge=1, le=follow.MAX_CHUNK_BYTES, description="At most this many bytes of log text.")
@@ -67,11 +70,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
         run_id: RunId,
         until_step: Annotated[
             int | None,
-            Field(ge=0, description="Return once the run has logged this step. Default: the step after the current one."),
+            Field(
+                ge=0, description="Return once the run has logged this step. Default: the step after the current one."
+            ),
         ] = None,
         timeout_s: Annotated[
             float | None,
-            Field(gt=0, allow_inf_nan=False, description="Wait at most this long (capped at the server's time budget, default 45 s)."),
+            Field(
+                gt=0,
+                allow_inf_nan=False,
+                description="Wait at most this long (capped at the server's time budget, default 45 s).",
+            ),
         ] = None,
     ) -> follow.RunWait:
         budget = CallBudget(settings.tool_time_budget_s)

@@ -103,12 +103,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
     @tool_errors
     async def rl_test_inference(
         ctx: Context,
-        num_steps: Annotated[
-            int, Field(ge=1, le=20, description="Items (groups) to run per model. Default 3.")
-        ] = 3,
-        group_size: Annotated[
-            int, Field(ge=1, le=64, description="Completions per item. Default 16.")
-        ] = 16,
+        num_steps: Annotated[int, Field(ge=1, le=20, description="Items (groups) to run per model. Default 3.")] = 3,
+        group_size: Annotated[int, Field(ge=1, le=64, description="Completions per item. Default 16.")] = 16,
         models: Annotated[
             list[str] | None,
             Field(
@@ -165,7 +161,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         return as_tool_result(collect_hint(result))
 
     @mcp.resource(
-        "rl://tests", name="inference_tests", title="Inference tests", mime_type="application/json",
+        "rl://tests",
+        name="inference_tests",
+        title="Inference tests",
+        mime_type="application/json",
         description="Recent inference smoke tests (rl_test_inference), newest first.",
     )
     def tests_resource() -> str:

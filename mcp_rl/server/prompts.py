@@ -21,7 +21,9 @@ MAX_COMPARED_RUNS = 6
 
 Environment = Annotated[
     str | None,
-    Field(description="Environment name or GEM id (e.g. arithmetic, game:GuessTheNumber-v0-easy); empty: choose one together."),
+    Field(
+        description="Environment name or GEM id (e.g. arithmetic, game:GuessTheNumber-v0-easy); empty: choose one together."
+    ),
 ]
 RunIdArg = Annotated[str, Field(description="The run id (from rl_list_runs or rl_start_training).")]
 
@@ -151,7 +153,7 @@ start one without the person's yes."""
 def compare_runs_text(run_ids: list[str], recorded: list[str]) -> str:
     calls = ", ".join(f"rl_get_results('{r}', include_plot=false)" for r in run_ids)
     configs = ", ".join(f"rl://runs/{r}/config" for r in run_ids)
-    return f"""Compare the training runs {', '.join(run_ids)} with the mcp-rl tools and tell the person which \
+    return f"""Compare the training runs {", ".join(run_ids)} with the mcp-rl tools and tell the person which \
 is best and why.
 
 As recorded when this prompt was made:
@@ -219,7 +221,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     def train_environment(
         environment: Environment = None,
-        goal: Annotated[str | None, Field(description="What the trained model should get better at (optional).")] = None,
+        goal: Annotated[
+            str | None, Field(description="What the trained model should get better at (optional).")
+        ] = None,
     ) -> str:
         return train_environment_text(state, environment, goal)
 
@@ -254,8 +258,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         environment: Environment = None,
         models: Annotated[
             str | None,
-            Field(description="Models separated by commas: OpenRouter ids (e.g. qwen/qwen3-8b) and/or 'local'; "
-                  "empty: the server's defaults."),
+            Field(
+                description="Models separated by commas: OpenRouter ids (e.g. qwen/qwen3-8b) and/or 'local'; "
+                "empty: the server's defaults."
+            ),
         ] = None,
         num_steps: Annotated[str | None, Field(description="Items per model, 1 to 20 (default 3).")] = None,
     ) -> str:
@@ -279,5 +285,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     ) -> str:
         field = field.strip()
         if not field:
-            raise MCPError(INVALID_PARAMS, "field is empty: name a field from rl_get_current_config, e.g. learning_rate.")
+            raise MCPError(
+                INVALID_PARAMS, "field is empty: name a field from rl_get_current_config, e.g. learning_rate."
+            )
         return tune_config_text(field, goal)

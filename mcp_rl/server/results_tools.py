@@ -157,7 +157,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ctx: Context,
         run_id: Annotated[str, Field(description="Run id from rl_start_training or rl_list_runs.")],
         include_plot: Annotated[
-            bool, Field(description="Attach the reward/loss PNG (about 50 kB); false for hosts that cannot show images.")
+            bool,
+            Field(description="Attach the reward/loss PNG (about 50 kB); false for hosts that cannot show images."),
         ] = True,
     ) -> Annotated[CallToolResult, RunResults]:
         """Results of a training run: is it worth keeping, and where are its weights.
@@ -174,7 +175,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         progress = Progress(ctx, budget)
         await progress.report(f"reading run {run_id}'s metrics")
         results = await get_results(settings, run_id, cache=wandb_cache)
-        await progress.report("metrics read" + (", W&B looked up" if results.wandb and results.wandb.mode == "online" else ""))
+        await progress.report(
+            "metrics read" + (", W&B looked up" if results.wandb and results.wandb.mode == "online" else "")
+        )
         content: list[Any] = [
             TextContent(type="text", text=_summary_line(results)),
             TextContent(type="text", text=results.model_dump_json()),
@@ -185,12 +188,21 @@ def register(mcp: MCPServer, state: AppState) -> None:
             share = budget.part(budget.remaining() * PLOT_SHARE)
             run_dir = Path(results.run_dir)
             drawn, png, _ = await run_within(
-                state.jobs, f"plot:{run_id}", "drawing the reward plot", lambda: plots.png_sync(run_id, run_dir), share, progress
+                state.jobs,
+                f"plot:{run_id}",
+                "drawing the reward plot",
+                lambda: plots.png_sync(run_id, run_dir),
+                share,
+                progress,
             )
             if drawn:
-                content.append(ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png"))
+                content.append(
+                    ImageContent(type="image", data=base64.b64encode(png).decode("ascii"), mime_type="image/png")
+                )
             else:
-                results.notes.append(f"The plot is still being drawn; read {results.plot_uri} or call rl_get_results again.")
+                results.notes.append(
+                    f"The plot is still being drawn; read {results.plot_uri} or call rl_get_results again."
+                )
                 content[1] = TextContent(type="text", text=results.model_dump_json())
         content += [
             _link(results.plot_uri, "reward and loss plot", "image/png", "PNG of reward/mean and train/loss per step"),

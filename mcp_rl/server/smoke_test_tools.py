@@ -58,8 +58,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
         test_id: TestId,
         wait_s: Annotated[
             float,
-            Field(ge=0, allow_inf_nan=False, description="Wait up to this long for a running test to finish "
-                  "(capped at the server's time budget, default 45 s); 0 answers at once."),
+            Field(
+                ge=0,
+                allow_inf_nan=False,
+                description="Wait up to this long for a running test to finish "
+                "(capped at the server's time budget, default 45 s); 0 answers at once.",
+            ),
         ] = 0,
     ) -> Annotated[CallToolResult, InferenceTestResult]:
         """The result of a smoke test (rl_test_inference) by its test_id: state, per-model
@@ -84,7 +88,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
     @tool_errors
     async def rl_list_tests(
         ctx: Context,
-        limit: Annotated[int, Field(ge=1, le=MAX_TESTS_PAGE, description="At most this many tests, newest first.")] = 10,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_TESTS_PAGE, description="At most this many tests, newest first.")
+        ] = 10,
     ) -> TestList:
         """List recent smoke tests (rl_test_inference), newest first: test_id, state,
         environment, models, best model, whether the environment works. Collect one with
@@ -92,17 +98,23 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """
         budget = CallBudget(settings.tool_time_budget_s)
         done, briefs, job = await run_within(
-            jobs, f"list-tests:{limit}", "reading the smoke tests", lambda: service.list_tests(settings, limit),
-            budget, Progress(ctx, budget),
+            jobs,
+            f"list-tests:{limit}",
+            "reading the smoke tests",
+            lambda: service.list_tests(settings, limit),
+            budget,
+            Progress(ctx, budget),
         )
         if not done:
             return TestList(
-                tests=[], count=0,
+                tests=[],
+                count=0,
                 message=f"Still reading the tests ({job.running_for():.0f} s); call rl_list_tests again in a moment.",
             )
         tests = [TestBrief.model_validate(b) for b in briefs]
         return TestList(
-            tests=tests, count=len(tests),
+            tests=tests,
+            count=len(tests),
             message="Collect a result with rl_get_test_result(test_id); cancel a running one with rl_cancel_test(test_id).",
         )
 
@@ -119,8 +131,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
         service.test_dir(settings, test_id)  # an unknown id is refused before anything starts
         cancel_s = max(1.0, budget.remaining() - 5.0)
         done, result, job = await run_within(
-            jobs, f"cancel:{test_id}", f"cancelling test {test_id}",
-            lambda: service.cancel_test(settings, test_id, timeout_s=cancel_s), budget, Progress(ctx, budget),
+            jobs,
+            f"cancel:{test_id}",
+            f"cancelling test {test_id}",
+            lambda: service.cancel_test(settings, test_id, timeout_s=cancel_s),
+            budget,
+            Progress(ctx, budget),
         )
         if not done:
             result = await anyio.to_thread.run_sync(service.read_test, settings, test_id)

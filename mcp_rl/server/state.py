@@ -7,8 +7,9 @@ no tool module, so the tool modules can import it without a cycle.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
@@ -17,7 +18,7 @@ from mcp_rl.server.budget import Jobs
 from mcp_rl.settings import Settings
 
 # Work a tool module hands to the server's lifespan: awaited once at start-up, or run until exit.
-LifespanWork = Callable[[], Awaitable[None]]
+LifespanWork = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass

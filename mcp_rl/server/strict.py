@@ -22,8 +22,14 @@ from mcp_rl.config import RUN_OPTION_NAMES
 
 # Names agents use for something that is chosen elsewhere.
 _ENVIRONMENT_WORDS = frozenset({"environment", "env", "env_name", "environment_name", "name", "env_id"})
-_RUN_OPTION_ALIASES = {"steps": "total_steps", "num_steps": "total_steps", "lr": "learning_rate", "model": "base_model",
-                       "rank": "lora_rank", "project": "wandb_project"}
+_RUN_OPTION_ALIASES = {
+    "steps": "total_steps",
+    "num_steps": "total_steps",
+    "lr": "learning_rate",
+    "model": "base_model",
+    "rank": "lora_rank",
+    "project": "wandb_project",
+}
 # Tools that act on the selected environment and its config.
 _USES_SELECTION = frozenset({"rl_start_training", "rl_test_inference", "rl_get_current_config", "rl_edit_config"})
 
@@ -36,13 +42,14 @@ def where_it_belongs(tool: str, key: str, value: Any, valid: list[str]) -> str:
     """One sentence saying where an argument `tool` does not take should go instead."""
     shown = _repr.repr(value)
     if tool == "rl_test_inference" and key in ("prompt", "prompts", "questions"):
-        return (f"{key}: rl_test_inference runs the selected environment's own items (num_steps of them); "
-                "it takes no prompts. Select another environment to test other data.")
+        return (
+            f"{key}: rl_test_inference runs the selected environment's own items (num_steps of them); "
+            "it takes no prompts. Select another environment to test other data."
+        )
     if tool == "rl_test_inference" and key in ("model", "model_id"):
         return f"{key}: use models=[{shown}] (a list of OpenRouter ids or 'local')."
     if key in _ENVIRONMENT_WORDS and tool in _USES_SELECTION:
-        return (f"{key}: the environment is chosen with rl_select_environment({shown}); "
-                f"{tool} uses the selected one.")
+        return f"{key}: the environment is chosen with rl_select_environment({shown}); {tool} uses the selected one."
     option = key if key in RUN_OPTION_NAMES else _RUN_OPTION_ALIASES.get(key)
     if option is not None and option not in valid:
         return f"{key} is a run option: rl_edit_config('{option}', {shown}), then call {tool}."
@@ -50,8 +57,10 @@ def where_it_belongs(tool: str, key: str, value: Any, valid: list[str]) -> str:
     if close:
         return f"{key}: did you mean {close[0]}?"
     if tool in _USES_SELECTION:
-        return (f"{key}: if it is a field of the environment's config, set it with rl_edit_config('{key}', {shown}) "
-                "(rl_get_current_config lists the fields).")
+        return (
+            f"{key}: if it is a field of the environment's config, set it with rl_edit_config('{key}', {shown}) "
+            "(rl_get_current_config lists the fields)."
+        )
     return f"{key} is not a parameter of {tool}."
 
 
@@ -59,8 +68,7 @@ def unknown_arguments_message(tool: str, unknown: dict[str, Any], valid: list[st
     names = ", ".join(sorted(unknown))
     params = ", ".join(valid) if valid else "none (call it with {})"
     hints = " ".join(where_it_belongs(tool, key, value, valid) for key, value in sorted(unknown.items()))
-    return (f"{tool} does not take {names}. Valid parameters: {params}. {hints} "
-            "Nothing was done.")
+    return f"{tool} does not take {names}. Valid parameters: {params}. {hints} Nothing was done."
 
 
 def make_strict(mcp: MCPServer) -> None:

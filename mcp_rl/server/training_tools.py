@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 # Reading a run's status reconciles it: a run whose supervisor died is recorded as failed and its
 # leftover processes (proven to be the run's) are ended. That is a write, so these are not
 # read-only; it never touches a healthy run, hence not destructive.
-RECONCILING_READ = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+RECONCILING_READ = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 STOP = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
@@ -72,12 +74,15 @@ class StartAnswer(RunStarted):
     )
     revision: str = Field(description="The config revision this run was built from (see rl_edit_config).")
     idempotency_key: str | None = None
-    reused: bool = Field(False, description="True: this key already started this run (within a day); nothing new started.")
+    reused: bool = Field(
+        False, description="True: this key already started this run (within a day); nothing new started."
+    )
 
 
 class StopAnswer(StopResult):
     in_progress: bool = Field(
-        False, description="True: the stop goes on in the background; call rl_stop_training(run_id) again to collect it."
+        False,
+        description="True: the stop goes on in the background; call rl_stop_training(run_id) again to collect it.",
     )
     stopping_for_s: float | None = None
 
@@ -87,22 +92,35 @@ class RunPage(RunList):
     offset: int
     next_offset: int | None = Field(None, description="Pass as offset for the next page; None on the last page.")
 
+
 RunId = Annotated[str, Field(description="The run_id returned by rl_start_training (see rl_list_runs).")]
 
 
 def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallToolResult:
     """The model as JSON (also as structured content), plus links the agent can read next."""
     links = [
-        ResourceLink(type="resource_link", uri=f"rl://runs/{run_id}", name=f"run {run_id}",
-                     description="Full status of the run", mime_type="application/json"),
+        ResourceLink(
+            type="resource_link",
+            uri=f"rl://runs/{run_id}",
+            name=f"run {run_id}",
+            description="Full status of the run",
+            mime_type="application/json",
+        ),
         *(
-            ResourceLink(type="resource_link", uri=uri, name=f"{name} log",
-                         description=f"Tail of the {name} log (?tail=N for more)", mime_type="text/plain")
+            ResourceLink(
+                type="resource_link",
+                uri=uri,
+                name=f"{name} log",
+                description=f"Tail of the {name} log (?tail=N for more)",
+                mime_type="text/plain",
+            )
             for name, uri in logs.items()
         ),
     ]
     data = model.model_dump(mode="json")
-    return CallToolResult(content=[TextContent(type="text", text=model.model_dump_json()), *links], structured_content=data)
+    return CallToolResult(
+        content=[TextContent(type="text", text=model.model_dump_json()), *links], structured_content=data
+    )
 
 
 def bounded_latest(status: RunStatus) -> RunStatus:
@@ -143,9 +161,13 @@ def bounded_metrics(data: dict[str, Any]) -> str:
         cut = max(1, len(rows) // 4)
         rows, dropped = rows[cut:], dropped + cut
         text = json.dumps(
-            {**data, "rows": rows, "count": len(rows),
-             "note": f"{dropped} older rows left out to stay under {RESOURCE_MAX_BYTES} bytes; rl_get_results "
-                     "summarises the whole run and metrics.jsonl in the run folder has every step."},
+            {
+                **data,
+                "rows": rows,
+                "count": len(rows),
+                "note": f"{dropped} older rows left out to stay under {RESOURCE_MAX_BYTES} bytes; rl_get_results "
+                "summarises the whole run and metrics.jsonl in the run folder has every step.",
+            },
             indent=1,
         )
     return text
@@ -206,7 +228,9 @@ async def _wait_for_stop(settings: Any, run_id: str, budget: CallBudget, progres
         finished = status.status in TERMINAL_STATES and not _alive(status)
         if finished or budget.remaining() <= 0:
             break
-        await progress.report(await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, time.monotonic() - started)))
+        await progress.report(
+            await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, time.monotonic() - started))
+        )
         await anyio.sleep(min(0.5, budget.remaining()))
     left = _alive(status)
     if not finished:
@@ -215,8 +239,13 @@ async def _wait_for_stop(settings: Any, run_id: str, budget: CallBudget, progres
         message = f"Run {run_id} {status.status}" + (f": {status.cause}." if status.cause else ".")
         message += " No process of the run is left."
     return StopAnswer(
-        run_id=run_id, status=status.status, was_running=True, message=message, processes_left=left,
-        in_progress=not finished, stopping_for_s=round(time.monotonic() - started, 1),
+        run_id=run_id,
+        status=status.status,
+        was_running=True,
+        message=message,
+        processes_left=left,
+        in_progress=not finished,
+        stopping_for_s=round(time.monotonic() - started, 1),
     )
 
 
@@ -357,13 +386,16 @@ def register(mcp: MCPServer, state: AppState) -> None:
         # stop_run answers within the budget it is given (a detached stopper finishes what does
         # not fit); the job is the safety net should it ever overrun.
         job = jobs.start(
-            f"stop:{run_id}", f"stopping run {run_id}",
+            f"stop:{run_id}",
+            f"stopping run {run_id}",
             lambda: service.stop_run(settings, run_id, budget_s=budget.remaining()),
         )
         while not job.done.is_set() and budget.remaining() > 0:
             await wait_job(job, budget.part(2.0), progress)
             if not job.done.is_set():
-                await progress.report(await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for())))
+                await progress.report(
+                    await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for()))
+                )
         if job.done.is_set():
             jobs.forget(job)
             result: StopResult = job.outcome()
@@ -396,14 +428,20 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     # --- resources --------------------------------------------------------------------------
     @mcp.resource(
-        "rl://runs", name="runs", title="Training runs", mime_type="application/json",
+        "rl://runs",
+        name="runs",
+        title="Training runs",
+        mime_type="application/json",
         description="Every training run, newest first, with its state and latest reward.",
     )
     def runs_resource() -> str:
         return service.list_runs(settings).model_dump_json(indent=2)
 
     @mcp.resource(
-        "rl://runs/{run_id}", name="run_status", title="Run status", mime_type="application/json",
+        "rl://runs/{run_id}",
+        name="run_status",
+        title="Run status",
+        mime_type="application/json",
         description="Full status of one training run: state, processes, latest metrics (never rate-limited).",
     )
     @resource_errors
@@ -411,7 +449,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         return bounded_latest(service.run_status(settings, run_id)).model_dump_json(indent=2)
 
     @mcp.resource(
-        "rl://runs/{run_id}/config", name="run_config", title="Run configuration", mime_type="application/yaml",
+        "rl://runs/{run_id}/config",
+        name="run_config",
+        title="Run configuration",
+        mime_type="application/yaml",
         description="The run.yaml a training run's processes use (environment, model and trainer settings).",
     )
     @resource_errors

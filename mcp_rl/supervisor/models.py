@@ -63,7 +63,9 @@ class RunStatus(BaseModel):
     rate_limited: bool = False
     next_check_in_seconds: float | None = None
     processes: dict[str, ProcessStatus] = Field(default_factory=dict)
-    trainer_phase: TrainerPhase | None = Field(default=None, description="What the trainer was last doing (trainer_status.json).")
+    trainer_phase: TrainerPhase | None = Field(
+        default=None, description="What the trainer was last doing (trainer_status.json)."
+    )
     metrics: RunMetrics | None = None
     wandb_project: str | None = None
     wandb_run_name: str | None = None
@@ -111,7 +113,9 @@ class StopResult(BaseModel):
         default=False,
         description="True when the stop continues in the background: poll rl_check_status until 'stopped'.",
     )
-    processes_left: list[int] = Field(default_factory=list, description="pids of the run still alive (should be empty).")
+    processes_left: list[int] = Field(
+        default_factory=list, description="pids of the run still alive (should be empty)."
+    )
     ports_in_use: list[int] = Field(default_factory=list, description="ports of the run still held (should be empty).")
     left_alone: list[str] = Field(
         default_factory=list,

@@ -31,7 +31,7 @@ def http_ok(url: str, *, json: Any = None, timeout_s: float = PROBE_TIMEOUT_S) -
         request = urllib.request.Request(url, data=body, headers=headers, method="GET")
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                return response.status == 200
+                return bool(response.status == 200)
         except (urllib.error.URLError, OSError, ValueError):
             return False
 

@@ -36,7 +36,9 @@ def end_leftovers(registry: Registry, run: RunRecord, policy: Policy, cause: str
     by_name = {p.name: p for p in registry.processes(run.run_id)}
     targets = [(name, by_name[name]) for name in reversed(PROCESS_NAMES) if name in by_name and by_name[name].pid]
     for name, proc in targets:
-        if proc.state not in (ProcState.STARTING, ProcState.RUNNING) and not processes.is_alive(proc.pid, proc.create_time):
+        if proc.state not in (ProcState.STARTING, ProcState.RUNNING) and not processes.is_alive(
+            proc.pid, proc.create_time
+        ):
             continue
         ended = processes.stop(proc.pid, proc.pgid, proc.create_time, marker, policy.grace_for(name))
         if not ended.proven:
@@ -157,6 +159,8 @@ def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileRepo
     if report.failed or report.stopped or report.cleaned:
         log.warning(
             "reconciled runs whose supervisor was gone: failed %s, stopped %s, leftovers ended %s",
-            report.failed, report.stopped, report.cleaned,
+            report.failed,
+            report.stopped,
+            report.cleaned,
         )
     return report

@@ -227,14 +227,18 @@ class Registry:
                 if salvage_from is not None:
                     saved = _salvage(db, salvage_from)
                     if saved:
-                        self._note(f"{len(saved)} run(s) were still readable in the damaged copy and kept: {', '.join(saved)}.")
+                        self._note(
+                            f"{len(saved)} run(s) were still readable in the damaged copy and kept: {', '.join(saved)}."
+                        )
                 rebuilt = _rebuild(db, self.runs_dir)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
         if rebuilt:
-            self._note(f"state.db was {why}; {len(rebuilt)} run(s) were rebuilt from {self.runs_dir}: {', '.join(rebuilt)}.")
+            self._note(
+                f"state.db was {why}; {len(rebuilt)} run(s) were rebuilt from {self.runs_dir}: {', '.join(rebuilt)}."
+            )
 
     def _recover(self, exc: sqlite3.Error) -> None:
         """Move a damaged state.db (and its WAL files) aside and rebuild it; another process may
@@ -247,7 +251,9 @@ class Registry:
                 except sqlite3.Error:
                     pass
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            aside = self.path.with_name(f"{self.path.stem}.damaged-{stamp}-{time.time_ns() % 10**6:06d}{self.path.suffix}")
+            aside = self.path.with_name(
+                f"{self.path.stem}.damaged-{stamp}-{time.time_ns() % 10**6:06d}{self.path.suffix}"
+            )
             self.path.replace(aside)
             for suffix in ("-wal", "-shm"):
                 extra = self.path.with_name(self.path.name + suffix)
@@ -259,7 +265,7 @@ class Registry:
 
     def _sound(self) -> bool:
         with self._connect() as db:
-            return db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            return bool(db.execute("PRAGMA quick_check").fetchone()[0] == "ok")
 
     def _note(self, text: str) -> None:
         # Once per process: the run watcher lists runs every second, a bad row would flood the log.
@@ -277,9 +283,10 @@ class Registry:
 
     def _has_schema(self) -> bool:
         with self._connect() as db:
-            return db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_status_checks'"
-            ).fetchone() is not None
+            return (
+                db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_status_checks'").fetchone()
+                is not None
+            )
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -546,7 +553,9 @@ def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
             supervisors = _live_supervisors()
         record = run_record_from_dir(run_dir, supervisors)
         data = record.model_dump(mode="json")
-        db.execute(f"INSERT INTO runs ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})", tuple(data.values()))
+        db.execute(
+            f"INSERT INTO runs ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})", tuple(data.values())
+        )
         _event(db, record.run_id, "run", record.state, record.cause, time.time())
         rebuilt.append(record.run_id)
     return rebuilt

@@ -71,8 +71,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "list_runs", "read_config", "read_log", "read_metrics", "reconcile", "registry_for",
-    "run_status", "start_run", "stop_run",
+    "list_runs",
+    "read_config",
+    "read_log",
+    "read_metrics",
+    "reconcile",
+    "registry_for",
+    "run_status",
+    "start_run",
+    "stop_run",
 ]
 
 DEFAULT_LOG_TAIL = 200
@@ -189,7 +196,11 @@ def _launch_supervisor(settings: Settings, registry: Registry, run_id: str, run_
     argv = [sys.executable, "-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
     try:
         popen = processes.spawn(
-            argv, run_dir / LOGS_DIR / "supervisor.log", settings.child_env(), cwd=run_dir, marker=run_marker(str(run_dir))
+            argv,
+            run_dir / LOGS_DIR / "supervisor.log",
+            settings.child_env(),
+            cwd=run_dir,
+            marker=run_marker(str(run_dir)),
         )
     except OSError as exc:
         registry.transition(run_id, RunState.FAILED, f"could not start the run supervisor: {exc}")
@@ -305,8 +316,7 @@ def _ending_note(registry: Registry, run: RunRecord) -> str:
     left = _live_pids(registry, run)
     if left:
         note += (
-            f" Its processes (pids {left}) are still being ended in the background (gently first); "
-            "check again shortly."
+            f" Its processes (pids {left}) are still being ended in the background (gently first); check again shortly."
         )
     for text in _left_alone_notes(registry, run.run_id):
         note += f" {text}."
@@ -320,7 +330,9 @@ def _process_status(proc: ProcessRecord | None) -> ProcessStatus:
     if proc.state in (ProcState.EXITED, ProcState.STOPPED):
         text = f"{proc.state} ({proc.exit_code})" if proc.exit_code is not None else str(proc.state)
     alive = proc.state in (ProcState.STARTING, ProcState.RUNNING) and processes.is_alive(proc.pid, proc.create_time)
-    return ProcessStatus(state=proc.state, status=text, pid=proc.pid, port=proc.port, exit_code=proc.exit_code, alive=alive)
+    return ProcessStatus(
+        state=proc.state, status=text, pid=proc.pid, port=proc.port, exit_code=proc.exit_code, alive=alive
+    )
 
 
 def _float(value: Any) -> float | None:
@@ -414,7 +426,9 @@ def _already_ended(settings: Settings, registry: Registry, run: RunRecord, deadl
     )
 
 
-def stop_run(settings: Settings, run_id: str, policy: Policy | None = None, budget_s: float | None = None) -> StopResult:
+def stop_run(
+    settings: Settings, run_id: str, policy: Policy | None = None, budget_s: float | None = None
+) -> StopResult:
     """End a run: its supervisor stops env -> trainer -> API. Answers within `budget_s` (the tool
     time budget): what does not fit (a slow graceful stop, a supervisor that is gone or wedged)
     is finished by a detached stopper, and the answer says so."""
@@ -490,7 +504,9 @@ def _still_stopping(registry: Registry, run_id: str, budget: float, stopper: int
 
 def _live_pids(registry: Registry, run: RunRecord) -> list[int]:
     marker = run_marker(run.run_dir)
-    return [p.pid for p in registry.processes(run.run_id) if p.pid and processes.prove(p.pid, p.create_time, marker).alive]
+    return [
+        p.pid for p in registry.processes(run.run_id) if p.pid and processes.prove(p.pid, p.create_time, marker).alive
+    ]
 
 
 def _stop_result(registry: Registry, run_id: str, left_alone: list[str]) -> StopResult:
@@ -507,8 +523,13 @@ def _stop_result(registry: Registry, run_id: str, left_alone: list[str]) -> Stop
     if left_alone:
         message += " " + " ".join(f"{note}." for note in left_alone)
     return StopResult(
-        run_id=run_id, status=final.state, was_running=True, message=message, processes_left=left,
-        ports_in_use=ports, left_alone=left_alone,
+        run_id=run_id,
+        status=final.state,
+        was_running=True,
+        message=message,
+        processes_left=left,
+        ports_in_use=ports,
+        left_alone=left_alone,
     )
 
 

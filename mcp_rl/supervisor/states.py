@@ -60,4 +60,3 @@ def run_marker(run_dir: str) -> str:
     only when it carries this marker and its recorded pid and start time match.
     """
     return f"run:{run_dir}"  # = mcp_rl.processes.marker_for("run", run_dir); states.py stays stdlib-only
-

@@ -29,6 +29,7 @@ log = logging.getLogger("mcp_rl.supervisor.stopper")
 # In the run folder; held (flock) while a stopper works, released by the kernel if it dies.
 STOPPER_LOCK = ".stopper.lock"
 
+
 def finish(registry: Registry, run_id: str, policy: Policy, cause: str) -> RunState | None:
     """Wait (bounded) for a live supervisor to end the run, then end what is left; returns the
     final state."""
@@ -45,7 +46,9 @@ def finish(registry: Registry, run_id: str, policy: Policy, cause: str) -> RunSt
             return ended and not processes.is_alive(run.supervisor_pid, run.supervisor_create_time)
 
         if not processes.wait_until(supervisor_done, time.monotonic() + policy.total_stop_s()):
-            log.warning("run %s: the supervisor (pid %s) did not finish stopping in time; ending it", run_id, run.supervisor_pid)
+            log.warning(
+                "run %s: the supervisor (pid %s) did not finish stopping in time; ending it", run_id, run.supervisor_pid
+            )
     cleanup = end_leftovers(registry, run, policy, cause)
     for note in cleanup.left_alone:
         log.warning("run %s: %s", run_id, note)

@@ -195,8 +195,7 @@ class RunSupervisor:
             return Verdict(
                 RunState.FAILED,
                 f"{spec.name} did not become ready within {spec.ready_deadline_s:g} s "
-                f"({spec.ready_description}); pid {running.popen.pid} still running."
-                + self._log_tail(spec),
+                f"({spec.ready_description}); pid {running.popen.pid} still running." + self._log_tail(spec),
             )
         self._api_last_ok = self.clock()
         if self.registry.transition(self.run_id, RunState.RUNNING, "all processes ready"):
@@ -285,8 +284,7 @@ class RunSupervisor:
         return Verdict(
             RunState.FAILED,
             f"trainer exited 0 without finishing (phase {_phase(status)}, step {step} of {num_steps}"
-            f"{', error: ' + status.error if status.error else ''})."
-            + self._log_tail(self._procs["trainer"].spec),
+            f"{', error: ' + status.error if status.error else ''})." + self._log_tail(self._procs["trainer"].spec),
         )
 
     def _check_trainer_heartbeat(self, started_only: bool = False) -> Verdict | None:
@@ -369,7 +367,10 @@ class RunSupervisor:
                 continue
             # Our own children: proven by parenthood (and the marker, when the run has one).
             ended = processes.stop(
-                running.identity.pid, running.identity.pgid, running.identity.create_time, self.marker,
+                running.identity.pid,
+                running.identity.pgid,
+                running.identity.create_time,
+                self.marker,
                 self.policy.grace_for(name),
             )
             if ended.note:

@@ -157,4 +157,3 @@ def build_examples(
         per_token_advantages_groups=per_token_groups,
     )
     return examples, stats
-

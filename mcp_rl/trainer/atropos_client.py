@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -69,7 +69,7 @@ class AtroposClient:
         data = await self._request("POST", "/register", stop, json=payload)
         if data is None:
             raise AtroposError("stopped before registering with the Atropos API")
-        return data
+        return cast(dict[str, Any], data)
 
     async def get_batch(self, stop: asyncio.Event | None = None) -> list[dict[str, Any]] | None:
         """The next batch (a list of ScoredData groups), or None if `stop` was set meanwhile."""

@@ -16,14 +16,19 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer.serve_model", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default", help='"default" (embedded SmolLM2-135M-Instruct) or a local HF folder')
+    parser.add_argument(
+        "--model", default="default", help='"default" (embedded SmolLM2-135M-Instruct) or a local HF folder'
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--served-name", default=None, help="the `model` name reported (default: the folder name)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("MCP_RL_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=os.environ.get("MCP_RL_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

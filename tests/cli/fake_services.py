@@ -38,10 +38,14 @@ class FakeServices:
                 fake.requests.append(("GET", self.path))
                 if self.path == "/tinker/api/v1/auth/apikey/me":
                     ok = self.headers.get("X-API-Key") == fake.good_key
-                    self._answer(200, {"key_id": 1, "name": "ci", "note": "", "details": {}}) if ok else self._answer(401, {"detail": "Invalid API key"})
+                    self._answer(200, {"key_id": 1, "name": "ci", "note": "", "details": {}}) if ok else self._answer(
+                        401, {"detail": "Invalid API key"}
+                    )
                 elif self.path == "/openrouter/key":
                     ok = self.headers.get("Authorization") == f"Bearer {fake.good_key}"
-                    self._answer(200, {"data": {"label": "sk-or-...abc"}}) if ok else self._answer(401, {"error": {"message": "No auth credentials found"}})
+                    self._answer(200, {"data": {"label": "sk-or-...abc"}}) if ok else self._answer(
+                        401, {"error": {"message": "No auth credentials found"}}
+                    )
                 else:
                     self._answer(404, {"error": "not found"})
 

@@ -40,8 +40,13 @@ class DemoProcess:
         self._queue: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mcp_rl", "demo", "--home", str(home), "--steps", str(steps)],
-            env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -103,8 +108,14 @@ def test_demo_finishes_with_a_reward_curve_and_leaves_nothing(tmp_path: Path) ->
     out = demo.output
     assert code == 0, out
     print(f"demo took {elapsed:.0f} s\n{out}")
-    for expected in ("rl_list_environments", "rl_select_environment('arithmetic')", "rl_test_inference",
-                     "rl_start_training: run", "rl_get_results", "Nothing of the demo is left running"):
+    for expected in (
+        "rl_list_environments",
+        "rl_select_environment('arithmetic')",
+        "rl_test_inference",
+        "rl_start_training: run",
+        "rl_get_results",
+        "Nothing of the demo is left running",
+    ):
         assert expected in out, out
     steps = re.findall(r"step +(\d+)/(\d+) \[[#.]+\] +reward (-?[\d.]+)", out)
     assert [int(s) for s, _, _ in steps] == list(range(1, STEPS + 1)), out

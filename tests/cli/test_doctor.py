@@ -33,9 +33,15 @@ def test_clean_machine_is_ready_offline(home: Path, model_dir: Path) -> None:
 
 def test_remote_services_good_keys(home: Path) -> None:
     with FakeServices(GOOD) as fake:
-        env = make_env(home, TINKER_API_KEY=GOOD, WANDB_API_KEY=GOOD, OPENROUTER_API_KEY=GOOD,
-                       TINKER_BASE_URL=f"{fake.base_url}/tinker", WANDB_BASE_URL=f"{fake.base_url}/wandb",
-                       OPENROUTER_BASE_URL=f"{fake.base_url}/openrouter")
+        env = make_env(
+            home,
+            TINKER_API_KEY=GOOD,
+            WANDB_API_KEY=GOOD,
+            OPENROUTER_API_KEY=GOOD,
+            TINKER_BASE_URL=f"{fake.base_url}/tinker",
+            WANDB_BASE_URL=f"{fake.base_url}/wandb",
+            OPENROUTER_BASE_URL=f"{fake.base_url}/openrouter",
+        )
         report = run_checks(env)
     checks = by_name(report)
     assert checks["tinker"].status == Status.OK
@@ -48,9 +54,15 @@ def test_remote_services_good_keys(home: Path) -> None:
 
 def test_remote_services_bad_keys_say_what_to_do(home: Path) -> None:
     with FakeServices(GOOD) as fake:
-        env = make_env(home, TINKER_API_KEY=BAD, WANDB_API_KEY=BAD, OPENROUTER_API_KEY=BAD,
-                       TINKER_BASE_URL=f"{fake.base_url}/tinker", WANDB_BASE_URL=f"{fake.base_url}/wandb",
-                       OPENROUTER_BASE_URL=f"{fake.base_url}/openrouter")
+        env = make_env(
+            home,
+            TINKER_API_KEY=BAD,
+            WANDB_API_KEY=BAD,
+            OPENROUTER_API_KEY=BAD,
+            TINKER_BASE_URL=f"{fake.base_url}/tinker",
+            WANDB_BASE_URL=f"{fake.base_url}/wandb",
+            OPENROUTER_BASE_URL=f"{fake.base_url}/openrouter",
+        )
         report = run_checks(env)
     checks = by_name(report)
     assert report.failed
@@ -91,15 +103,27 @@ def test_busy_http_port_is_a_warning() -> None:
 def test_cli_exit_code_and_no_secret_in_output(home: Path, model_dir: Path) -> None:
     env = make_env(home, TINKER_API_KEY="sk-secret-never-shown", MCP_RL_TOKEN="tok-never-shown")
     env["PATH"] = os.environ.get("PATH", "")
-    done = subprocess.run([sys.executable, "-m", "mcp_rl", "doctor", "--offline"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_rl", "doctor", "--offline"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "never-shown" not in done.stdout + done.stderr
     assert "TINKER_API_KEY set" in done.stdout and "MCP_RL_TOKEN set" in done.stdout
 
     env["MCP_RL_MODEL"] = str(home)  # not a model folder: a failure, exit 1
-    done = subprocess.run([sys.executable, "-m", "mcp_rl", "doctor", "--offline", "--json"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_rl", "doctor", "--offline", "--json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     assert checks["default model"]["status"] == "fail"

@@ -46,7 +46,9 @@ def test_not_cached_says_how_to_fetch_it(home: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     offline = check_tokenizer(tinker_settings(home), probe_hub=True)  # tests run with HF_HUB_OFFLINE=1
-    assert offline.status == Status.WARN and "HF_HUB_OFFLINE" in offline.fix and "hf download Qwen/Qwen3-8B" in offline.fix
+    assert (
+        offline.status == Status.WARN and "HF_HUB_OFFLINE" in offline.fix and "hf download Qwen/Qwen3-8B" in offline.fix
+    )
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     asked: list[str] = []
 

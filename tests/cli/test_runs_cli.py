@@ -23,11 +23,20 @@ from tests.conftest import REPO, make_env
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 
 
-def cli(home: Path, *args: str, timeout: float = 120, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    home: Path, *args: str, timeout: float = 120, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = make_env(home, **(extra or {}))
     env["PATH"] = os.environ.get("PATH", "")
-    return subprocess.run([sys.executable, "-m", "mcp_rl", "runs", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_rl", "runs", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def add_run(settings: Settings, run_id: str, supervisor: processes.ProcessIdentity | None = None) -> Path:
@@ -36,12 +45,20 @@ def add_run(settings: Settings, run_id: str, supervisor: processes.ProcessIdenti
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
     now = time.time()
-    registry.create_run(RunRecord(
-        run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING, created_at=now,
-        updated_at=now, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml"),
-        supervisor_pid=supervisor.pid if supervisor else None,
-        supervisor_create_time=supervisor.create_time if supervisor else None,
-    ))
+    registry.create_run(
+        RunRecord(
+            run_id=run_id,
+            environment="arithmetic",
+            backend="local",
+            state=RunState.STARTING,
+            created_at=now,
+            updated_at=now,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+            supervisor_pid=supervisor.pid if supervisor else None,
+            supervisor_create_time=supervisor.create_time if supervisor else None,
+        )
+    )
     registry.transition(run_id, RunState.RUNNING, "ready")
     return run_dir
 
@@ -59,7 +76,10 @@ def test_runs_commands_over_the_shared_state(tmp_path: Path, home: Path, setting
     assert empty.returncode == 0 and "No runs yet" in empty.stdout
 
     done_dir = add_run(settings, "done01")
-    rows = [{"step": s, "time": time.time(), "reward/mean": r, "train/loss": 0.5 / s} for s, r in ((1, 0.25), (2, 0.5), (3, 0.8125))]
+    rows = [
+        {"step": s, "time": time.time(), "reward/mean": r, "train/loss": 0.5 / s}
+        for s, r in ((1, 0.25), (2, 0.5), (3, 0.8125))
+    ]
     (done_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (done_dir / "logs" / "trainer.log").write_text("".join(f"trainer line {i}\n" for i in range(1, 11)))
     service.registry_for(settings).transition("done01", RunState.COMPLETED, "trainer finished its last step")
@@ -68,8 +88,14 @@ def test_runs_commands_over_the_shared_state(tmp_path: Path, home: Path, setting
     supervisor = sleeper(tmp_path, "supervisor", live_marker)
     trainer = sleeper(tmp_path, "trainer", live_marker)
     add_run(settings, "live01", supervisor=supervisor)
-    service.registry_for(settings).set_process("live01", "trainer", state=ProcState.RUNNING, pid=trainer.pid,
-                                               pgid=trainer.pgid, create_time=trainer.create_time)
+    service.registry_for(settings).set_process(
+        "live01",
+        "trainer",
+        state=ProcState.RUNNING,
+        pid=trainer.pid,
+        pgid=trainer.pgid,
+        create_time=trainer.create_time,
+    )
     try:
         listed = cli(home, "list")
         assert listed.returncode == 0, listed.stderr
@@ -113,10 +139,16 @@ def test_unknown_run_is_a_clear_error(home: Path) -> None:
         assert "Unknown run_id 'nope'" in result.stderr and "Traceback" not in result.stderr
 
 
-STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)",
+]
 
 
-def test_status_after_the_supervisor_died_ends_the_processes_after_the_command_exits(tmp_path: Path, home: Path, settings: Settings) -> None:
+def test_status_after_the_supervisor_died_ends_the_processes_after_the_command_exits(
+    tmp_path: Path, home: Path, settings: Settings
+) -> None:
     """Issue 18.3: the clean-up ran in a daemon thread that died with the short-lived command."""
     marker = run_marker(str(settings.runs_dir / "orphan"))
     dead = sleeper(tmp_path, "dead-supervisor", marker)
@@ -127,7 +159,9 @@ def test_status_after_the_supervisor_died_ends_the_processes_after_the_command_e
     registry = service.registry_for(settings)
     for name, popen in (("api", api), ("trainer", trainer)):
         ident = processes.identify(popen.pid)
-        registry.set_process("orphan", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
+        registry.set_process(
+            "orphan", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time
+        )
     try:
         status = cli(home, "status", "orphan", extra={"MCP_RL_TRAINER_STOP_GRACE": "4"})
         assert status.returncode == 0, status.stderr

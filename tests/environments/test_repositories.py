@@ -220,9 +220,20 @@ def test_introspection_gets_no_secret(home: Path, monkeypatch: pytest.MonkeyPatc
 def test_runner_reports_a_missing_dependency_in_one_line():
     env_file = ENVS / "community" / "multilingual" / "multilingual_env.py"
     out = subprocess.run(
-        [sys.executable, "-m", "mcp_rl.environments.runner", str(env_file), "MultilingualEnv",
-         "--project-root", str(REPO_FIXTURE), "process"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "mcp_rl.environments.runner",
+            str(env_file),
+            "MultilingualEnv",
+            "--project-root",
+            str(REPO_FIXTURE),
+            "process",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0, out.stderr

@@ -19,7 +19,6 @@ from tests.conftest import FIXTURES, make_env, stdio_params
 from tests.inference_test.helpers import read_until_done
 from tests.mcp_helpers import SHORT_RUN, ok
 from tests.supervisor.test_e2e_training import (
-    _stop_runs_left_by_a_failing_test,
     wait_nothing_left,
     wait_status,
 )

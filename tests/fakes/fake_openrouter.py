@@ -167,10 +167,18 @@ class FakeOpenRouter:
                 elif path.endswith("/key"):
                     if self._key_ok() and self.headers.get("Authorization"):
                         limit = None if fake.key_limit_remaining is None else 1.0
-                        self._send(200, {"data": {
-                            "label": "fake", "usage": 0, "limit": limit, "limit_remaining": fake.key_limit_remaining,
-                            "is_free_tier": False,
-                        }})
+                        self._send(
+                            200,
+                            {
+                                "data": {
+                                    "label": "fake",
+                                    "usage": 0,
+                                    "limit": limit,
+                                    "limit_remaining": fake.key_limit_remaining,
+                                    "is_free_tier": False,
+                                }
+                            },
+                        )
                     else:
                         self._send(401, _error(401, "User not found."))
                 else:
@@ -184,8 +192,11 @@ class FakeOpenRouter:
                     self._send(400, _error(400, "Invalid JSON"))
                     return
                 record = RecordedRequest(
-                    path=self.path, model=body.get("model"), authorization=self.headers.get("Authorization"),
-                    body=body, time=time.time(),
+                    path=self.path,
+                    model=body.get("model"),
+                    authorization=self.headers.get("Authorization"),
+                    body=body,
+                    time=time.time(),
                 )
                 with fake._lock:
                     fake.requests.append(record)
@@ -204,10 +215,13 @@ class FakeOpenRouter:
                 elif behaviour == "fail":
                     self._send(500, _error(500, f"Internal Server Error (fake provider error for {model})"))
                 elif behaviour == "nocredits":
-                    self._send(402, _error(402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits"))
+                    self._send(
+                        402, _error(402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits")
+                    )
                 elif behaviour == "ratelimited" and seen <= fake.rate_limited_requests:
                     self._send(
-                        429, _error(429, "Rate limit exceeded: free-models-per-min."),
+                        429,
+                        _error(429, "Rate limit exceeded: free-models-per-min."),
                         {"Retry-After": f"{fake.retry_after_s:g}"},
                     )
                 elif behaviour == "mandatory" and reasoning.get("enabled") is False:
@@ -226,7 +240,9 @@ class FakeOpenRouter:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openrouter", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openrouter", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -254,7 +270,9 @@ class FakeOpenRouter:
         prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         options = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 100_000
-        reasons = behaviour == "silent" or (behaviour in ("reasoning", "mandatory") and options.get("enabled") is not False)
+        reasons = behaviour == "silent" or (
+            behaviour in ("reasoning", "mandatory") and options.get("enabled") is not False
+        )
         think = REASONING_TOKENS.get(str(options.get("effort", "medium")), 200) if reasons else 0
         n = int(body.get("n") or 1) if self.honour_n else 1
         choices, completion_tokens, reasoning_tokens = [], 0, 0
@@ -308,7 +326,10 @@ class FakeOpenRouter:
                     offsets.append(pos)
                     pos += len(tok)
                 choice["logprobs"] = {
-                    "tokens": toks, "token_logprobs": [-0.1] * len(toks), "top_logprobs": None, "text_offset": offsets,
+                    "tokens": toks,
+                    "token_logprobs": [-0.1] * len(toks),
+                    "top_logprobs": None,
+                    "text_offset": offsets,
                 }
             choices.append(choice)
         completion_tokens = sum(len(_tokens(c["text"])) for c in choices)
@@ -321,7 +342,9 @@ class FakeOpenRouter:
             "usage": self._usage(body, len(_tokens(str(prompt))), completion_tokens, 0),
         }
 
-    def _usage(self, body: dict[str, Any], prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> dict[str, Any]:
+    def _usage(
+        self, body: dict[str, Any], prompt_tokens: int, completion_tokens: int, reasoning_tokens: int
+    ) -> dict[str, Any]:
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,

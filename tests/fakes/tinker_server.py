@@ -149,8 +149,9 @@ def _batched(arrays: list[np.ndarray], dtype: Any) -> Any:
 
     parts = [np.asarray(a, dtype=dtype) for a in arrays]
     offsets = np.cumsum([0] + [p.nbytes for p in parts]).astype(np.int64)
-    return pb.BatchedTensor(data=b"".join(p.tobytes() for p in parts), offsets=offsets.tobytes(),
-                            dtype=pb.DTYPE_FLOAT32)
+    return pb.BatchedTensor(
+        data=b"".join(p.tobytes() for p in parts), offsets=offsets.tobytes(), dtype=pb.DTYPE_FLOAT32
+    )
 
 
 def _fwd_bwd_output(logprobs: list[np.ndarray], losses: list[np.ndarray], loss: float) -> bytes:
@@ -195,13 +196,18 @@ def build_app(wire: TinkerWire) -> Any:
             wire.unauthorized += 1
             return JSONResponse({"detail": "invalid API key"}, status_code=401)
         handler = HANDLERS.get((request.method, request.url.path))
-        if handler is None and request.url.path.startswith("/api/v1/sessions/") and request.url.path.endswith("/finish"):
+        if (
+            handler is None
+            and request.url.path.startswith("/api/v1/sessions/")
+            and request.url.path.endswith("/finish")
+        ):
             handler = finish
         if handler is None and request.method == "GET" and request.url.path.startswith("/api/v1/samplers/"):
             handler = get_sampler
         if handler is None:
-            return JSONResponse({"detail": f"not served by the fake: {request.method} {request.url.path}"},
-                                status_code=404)
+            return JSONResponse(
+                {"detail": f"not served by the fake: {request.method} {request.url.path}"}, status_code=404
+            )
         return await handler(request)
 
     async def body(request: Request) -> dict[str, Any]:
@@ -253,9 +259,16 @@ def build_app(wire: TinkerWire) -> Any:
 
     async def get_info(request: Request) -> Response:
         model = wire.models[(await body(request))["model_id"]]
-        return ok({"type": "get_info", "model_id": model.model_id, "is_lora": True, "lora_rank": model.rank,
-                   "model_name": model.base_model,
-                   "model_data": {"arch": "fake", "model_name": model.base_model, "tokenizer_id": wire.tokenizer_id}})
+        return ok(
+            {
+                "type": "get_info",
+                "model_id": model.model_id,
+                "is_lora": True,
+                "lora_rank": model.rank,
+                "model_name": model.base_model,
+                "model_data": {"arch": "fake", "model_name": model.base_model, "tokenizer_id": wire.tokenizer_id},
+            }
+        )
 
     async def load_weights(request: Request) -> Response:
         data = await body(request)
@@ -264,18 +277,30 @@ def build_app(wire: TinkerWire) -> Any:
             model = _model(data["session_id"], data["model_seq_id"], data.get("base_model") or "loaded", 0)
         else:
             model = wire.models[data["model_id"]]
-        return ok(wire.future("load_weights", wire._tick(model),
-                              {"type": "load_weights", "path": data["path"], "model_id": model.model_id}))
+        return ok(
+            wire.future(
+                "load_weights",
+                wire._tick(model),
+                {"type": "load_weights", "path": data["path"], "model_id": model.model_id},
+            )
+        )
 
     async def forward_backward(request: Request) -> Response:
         msg, datums = _decode_datums(await request.body())
         model = wire.models[msg.model_id]
-        record: dict[str, Any] = {"loss_fn": msg.loss_fn, "version": model.version, "arrived": time.monotonic(),
-                                  "datums": datums, "ratios": [], "logprobs": []}
+        record: dict[str, Any] = {
+            "loss_fn": msg.loss_fn,
+            "version": model.version,
+            "arrived": time.monotonic(),
+            "datums": datums,
+            "ratios": [],
+            "logprobs": [],
+        }
         out_logprobs, out_losses, total = [], [], 0.0
         for d in datums:
-            current = np.array([policy_logprob(model.version, i, int(t)) for i, t in enumerate(d["target_tokens"])],
-                               dtype=np.float64)
+            current = np.array(
+                [policy_logprob(model.version, i, int(t)) for i, t in enumerate(d["target_tokens"])], dtype=np.float64
+            )
             if msg.loss_fn == "importance_sampling":
                 ratio = np.exp(current - d["logprobs"].astype(np.float64))
                 losses = -ratio * d["advantages"].astype(np.float64)
@@ -292,8 +317,12 @@ def build_app(wire: TinkerWire) -> Any:
         (wire.forwards if msg.forward_only else wire.forward_backward).append(record)
         ready = wire._tick(model)
         record["ready_at"] = ready
-        answer = wire.future("forward" if msg.forward_only else "forward_backward", ready,
-                             _fwd_bwd_output(out_logprobs, out_losses, total), model_id=model.model_id)
+        answer = wire.future(
+            "forward" if msg.forward_only else "forward_backward",
+            ready,
+            _fwd_bwd_output(out_logprobs, out_losses, total),
+            model_id=model.model_id,
+        )
         record["request_id"] = answer["request_id"]
         return ok(answer)
 
@@ -304,8 +333,14 @@ def build_app(wire: TinkerWire) -> Any:
         # Which forward_backward results the client had already received when this arrived.
         fb_ids = [r["request_id"] for r in wire.forward_backward]
         ready = wire._tick(model)
-        wire.optim_steps.append({"params": data.get("adam_params") or data.get("optim_params"), "arrived": time.monotonic(), "ready_at": ready,
-                                 "undelivered_fwd_bwd": [i for i in fb_ids if not wire.delivered(i)]})
+        wire.optim_steps.append(
+            {
+                "params": data.get("adam_params") or data.get("optim_params"),
+                "arrived": time.monotonic(),
+                "ready_at": ready,
+                "undelivered_fwd_bwd": [i for i in fb_ids if not wire.delivered(i)],
+            }
+        )
         return ok(wire.future("optim_step", ready, {"metrics": {}}, model_id=model.model_id))
 
     async def save_weights(request: Request) -> Response:
@@ -314,11 +349,21 @@ def build_app(wire: TinkerWire) -> Any:
         existing = {s["name"] for s in wire.saves if s["kind"] == "state" and s["model_id"] == model.model_id}
         ready = wire._tick(model)
         if data["path"] in existing and not data.get("overwrite"):
-            return ok(wire.future("save_weights", ready, {"error": f"checkpoint {data['path']} exists",
-                                                          "category": "user"}))
+            return ok(
+                wire.future("save_weights", ready, {"error": f"checkpoint {data['path']} exists", "category": "user"})
+            )
         path = f"tinker://{model.run}/weights/{data['path']}"
-        wire.saves.append({"kind": "state", "name": data["path"], "ttl_seconds": data.get("ttl_seconds"),
-                           "model_id": model.model_id, "path": path, "version": model.version, "ready_at": ready})
+        wire.saves.append(
+            {
+                "kind": "state",
+                "name": data["path"],
+                "ttl_seconds": data.get("ttl_seconds"),
+                "model_id": model.model_id,
+                "path": path,
+                "version": model.version,
+                "ready_at": ready,
+            }
+        )
         return ok(wire.future("save_weights", ready, {"type": "save_weights", "path": path}))
 
     async def save_for_sampler(request: Request) -> Response:
@@ -328,12 +373,29 @@ def build_app(wire: TinkerWire) -> Any:
         if data.get("path") is None:  # ephemeral: a sampling session, no checkpoint
             sampler_id = f"{model.model_id}:sample:{data['sampling_session_seq_id']}"
             wire.samplers[sampler_id] = (model.model_id, model.version)
-            wire.saves.append({"kind": "ephemeral", "name": None, "ttl_seconds": data.get("ttl_seconds"),
-                               "model_id": model.model_id, "version": model.version, "ready_at": ready})
+            wire.saves.append(
+                {
+                    "kind": "ephemeral",
+                    "name": None,
+                    "ttl_seconds": data.get("ttl_seconds"),
+                    "model_id": model.model_id,
+                    "version": model.version,
+                    "ready_at": ready,
+                }
+            )
             return ok(wire.future("save_weights_for_sampler", ready, {"sampling_session_id": sampler_id}))
         path = f"tinker://{model.run}/sampler_weights/{data['path']}"
-        wire.saves.append({"kind": "sampler", "name": data["path"], "ttl_seconds": data.get("ttl_seconds"),
-                           "model_id": model.model_id, "path": path, "version": model.version, "ready_at": ready})
+        wire.saves.append(
+            {
+                "kind": "sampler",
+                "name": data["path"],
+                "ttl_seconds": data.get("ttl_seconds"),
+                "model_id": model.model_id,
+                "path": path,
+                "version": model.version,
+                "ready_at": ready,
+            }
+        )
         return ok(wire.future("save_weights_for_sampler", ready, {"path": path}))
 
     async def create_sampling_session(request: Request) -> Response:
@@ -368,13 +430,24 @@ def build_app(wire: TinkerWire) -> Any:
         if data.get("prompt_logprobs"):
             prompt_logprobs = [math.nan] + [policy_logprob(version, i, t) for i, t in enumerate(prompt[1:])]
         arrived = time.monotonic()
-        wire.samples.append({"prompt": prompt, "params": params, "num_samples": data.get("num_samples"),
-                             "version": version, "arrived": arrived})
+        wire.samples.append(
+            {
+                "prompt": prompt,
+                "params": params,
+                "num_samples": data.get("num_samples"),
+                "version": version,
+                "arrived": arrived,
+            }
+        )
         with wire._lock:
             wire._in_flight += 1
             wire.max_samples_in_flight = max(wire.max_samples_in_flight, wire._in_flight)
-        answer = wire.future("sample", arrived + wire.latency.sample_s, _sample_output(sequences, prompt_logprobs),
-                             sample_sequence_ids=[f"seq-{data.get('seq_id')}-{i}" for i in range(len(sequences))])
+        answer = wire.future(
+            "sample",
+            arrived + wire.latency.sample_s,
+            _sample_output(sequences, prompt_logprobs),
+            sample_sequence_ids=[f"seq-{data.get('seq_id')}-{i}" for i in range(len(sequences))],
+        )
         return ok(answer)
 
     async def retrieve_future(request: Request) -> Response:
@@ -432,8 +505,9 @@ class TinkerServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(build_app(self.wire), log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                        name="fake-tinker", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name="fake-tinker", daemon=True
+        )
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -463,8 +537,7 @@ def write_tiny_tokenizer(folder: Any) -> str:
         vocab[f"w{i}"] = i
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
-                                        unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

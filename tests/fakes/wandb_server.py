@@ -97,8 +97,18 @@ class WandbServer:
         name = match.group(2) if match else ""
         self.queries.append((name, variables))
         if "viewer" in query and name in ("Viewer", "GetDefaultEntity"):
-            return 200, {"data": {"viewer": {"id": "u1", "entity": ENTITY, "username": "tester", "email": "t@example.com",
-                                             "flags": "{}", "teams": {"edges": []}}}}
+            return 200, {
+                "data": {
+                    "viewer": {
+                        "id": "u1",
+                        "entity": ENTITY,
+                        "username": "tester",
+                        "email": "t@example.com",
+                        "flags": "{}",
+                        "teams": {"edges": []},
+                    }
+                }
+            }
         if name == "Runs" and self.fail_runs_with is not None:
             return 400, {"errors": [{"message": self.fail_runs_with}]}
         if name == "Runs" and self.hang_runs:
@@ -140,17 +150,35 @@ class WandbServer:
         heavy = ("config", "systemMetrics", "summaryMetrics", "historyKeys")
         nodes = [{k: v for k, v in self._node(r).items() if not (light and k in heavy)} for r in runs]
         edges = [{"node": {"projectId": 1, **node}, "cursor": f"c{i}"} for i, node in enumerate(nodes)]
-        return {"internalId": "p1", "runCount": len(runs), "readOnly": False,
-                "runs": {"edges": edges, "pageInfo": {"endCursor": None, "hasNextPage": False}}}
+        return {
+            "internalId": "p1",
+            "runCount": len(runs),
+            "readOnly": False,
+            "runs": {"edges": edges, "pageInfo": {"endCursor": None, "hasNextPage": False}},
+        }
 
     def _node(self, run: FakeRun) -> dict[str, Any]:
         index = self.runs.index(run)
         return {
-            "id": f"internal-{run.id}", "name": run.id, "displayName": run.name, "tags": run.tags, "sweepName": None,
-            "state": run.state, "config": "{}", "group": run.group, "jobType": run.job_type, "commit": None,
-            "readOnly": False, "createdAt": f"2026-11-24T10:{index:02d}:00", "heartbeatAt": f"2026-11-24T10:{index:02d}:30",
-            "description": None, "notes": None, "systemMetrics": "{}", "summaryMetrics": json.dumps(run.summary_metrics),
-            "historyLineCount": len(run.rows), "user": {"name": "tester", "username": "tester"},
+            "id": f"internal-{run.id}",
+            "name": run.id,
+            "displayName": run.name,
+            "tags": run.tags,
+            "sweepName": None,
+            "state": run.state,
+            "config": "{}",
+            "group": run.group,
+            "jobType": run.job_type,
+            "commit": None,
+            "readOnly": False,
+            "createdAt": f"2026-11-24T10:{index:02d}:00",
+            "heartbeatAt": f"2026-11-24T10:{index:02d}:30",
+            "description": None,
+            "notes": None,
+            "systemMetrics": "{}",
+            "summaryMetrics": json.dumps(run.summary_metrics),
+            "historyLineCount": len(run.rows),
+            "user": {"name": "tester", "username": "tester"},
             "historyKeys": None,
         }
 
@@ -170,7 +198,11 @@ def recorded_group(run_id: str, entity: str = ENTITY, project: str = "mcp-rl", s
     ]
     peak = steps // 2
     env_rows: list[dict[str, Any]] = [
-        {"_step": s, "gsm8k_0_train/percent_correct": 0.9 - abs(s - peak) * 0.01, "server/server_0_request_time_avg": 0.2}
+        {
+            "_step": s,
+            "gsm8k_0_train/percent_correct": 0.9 - abs(s - peak) * 0.01,
+            "server/server_0_request_time_avg": 0.2,
+        }
         for s in range(1, steps + 1)
     ]
     env_rows[-1]["gsm8k_0_eval/percent_correct"] = 0.5

@@ -177,16 +177,23 @@ async def test_each_state_file_damaged_each_way(settings: Settings, name: str, w
         answers["rl_get_results"] = (error, text)
         error, other, text = await _call(client, "rl_get_results", {"run_id": OTHER_RUN, "include_plot": False})
         answers["rl_get_results other"] = (error, text)
-        for tool, args in (("rl_read_log", {"run_id": DAMAGED_RUN}),
-                           ("rl_wait_for_run", {"run_id": DAMAGED_RUN, "timeout_s": 1})):
+        for tool, args in (
+            ("rl_read_log", {"run_id": DAMAGED_RUN}),
+            ("rl_wait_for_run", {"run_id": DAMAGED_RUN, "timeout_s": 1}),
+        ):
             error, _, text = await _call(client, tool, args)
             answers[tool] = (error, text)
         error, current, text = await _call(client, "rl_get_current_config")
         answers["rl_get_current_config"] = (error, text)
         error, _, text = await _call(client, "rl_edit_config", {"field": "max_count", "value": 43})
         answers["rl_edit_config"] = (error, text)
-        for uri in ("rl://runs", f"rl://runs/{DAMAGED_RUN}", f"rl://runs/{DAMAGED_RUN}/config",
-                    f"rl://runs/{DAMAGED_RUN}/metrics", "rl://config/current"):
+        for uri in (
+            "rl://runs",
+            f"rl://runs/{DAMAGED_RUN}",
+            f"rl://runs/{DAMAGED_RUN}/config",
+            f"rl://runs/{DAMAGED_RUN}/metrics",
+            "rl://config/current",
+        ):
             answers[uri] = await _read(client, uri)
 
     for what, (_error, text) in answers.items():
@@ -214,7 +221,9 @@ async def test_each_state_file_damaged_each_way(settings: Settings, name: str, w
     # The session's tools either work (the damage was repaired, with a note) or say what to do.
     if name == "session.json":
         error, text = answers["rl_get_current_config"]
-        assert error and "rl_select_environment" in text or not error and ("session.json" in text or way == "empty"), text
+        assert error and "rl_select_environment" in text or not error and ("session.json" in text or way == "empty"), (
+            text
+        )
     else:
         assert not answers["rl_get_current_config"][0] and not answers["rl_edit_config"][0], answers
         assert {f["name"]: f["current_value"] for f in current["configurable_fields"]}["max_count"] == 42
@@ -235,7 +244,9 @@ async def test_two_servers_and_the_cli_on_one_damaged_state_db_repair_it_once(se
     async def cli() -> None:
         done = await anyio.run_process(
             [sys.executable, "-m", "mcp_rl", "runs", "list", "--json"],
-            env={**_env(settings.home), "PATH": os.environ.get("PATH", "")}, cwd=REPO, check=False,
+            env={**_env(settings.home), "PATH": os.environ.get("PATH", "")},
+            cwd=REPO,
+            check=False,
         )
         assert done.returncode == 0, done.stderr.decode()
         listed.append(sorted(r["run_id"] for r in json.loads(done.stdout)["runs"]))

@@ -111,7 +111,9 @@ async def test_tools_list_filter_pages_and_resource(gem_settings):
         ids = [e["id"] for e in page["gem_environments"] + rest["gem_environments"]]
         assert len(ids) == len(set(ids)) == page["gem_matches"] and rest["next_offset"] is None
         resource = json.loads((await client.read_resource("rl://environments/gem")).contents[0].text)
-        assert resource["total"] == len(resource["environments"]) and EASY in {e["id"] for e in resource["environments"]}
+        assert resource["total"] == len(resource["environments"]) and EASY in {
+            e["id"] for e in resource["environments"]
+        }
         selected = await client.call_tool("rl_select_environment", {"name": EASY})
         assert not selected.is_error and selected.structured_content["preset"] == {"env_id": EASY}
         bad = await client.call_tool("rl_select_environment", {"name": "game:Minesweeper-v0-eazy"})

@@ -63,10 +63,21 @@ def make_env(policy_url: str, **overrides):
     cls = load_env_class(bundled_environments_dir() / "gem_env.py", "GemEnv", bundled_environments_dir())
     config, _ = cls.config_init()
     model = os.environ["MCP_RL_MODEL"]
-    values = {"tokenizer_name": model, "group_size": 6, "max_token_length": 512, "num_envs": 3, "max_tokens_per_turn": 6}
+    values = {
+        "tokenizer_name": model,
+        "group_size": 6,
+        "max_token_length": 512,
+        "num_envs": 3,
+        "max_tokens_per_turn": 6,
+    }
     config = config.model_copy(update={**values, **overrides})
     server = APIServerConfig(
-        model_name="policy", base_url=policy_url, api_key="x", server_type="sglang", tokenizer_name=model, health_check=False
+        model_name="policy",
+        base_url=policy_url,
+        api_key="x",
+        server_type="sglang",
+        tokenizer_name=model,
+        health_check=False,
     )
     return cls(config, [server])
 
@@ -76,7 +87,9 @@ async def test_group_is_transitions_with_return_advantages(policy_url):
     await env.setup()
     group, backlog = await env.collect_trajectories(await env.get_next_item())
     assert backlog == [] and len(group["tokens"]) == 6
-    for tokens, mask, adv, lps in zip(group["tokens"], group["masks"], group["advantages"], group["inference_logprobs"]):
+    for tokens, mask, adv, lps in zip(
+        group["tokens"], group["masks"], group["advantages"], group["inference_logprobs"]
+    ):
         n_prompt = sum(1 for m in mask if m == -100)
         action = tokens[n_prompt:]
         assert 0 < n_prompt < len(tokens) and mask[n_prompt:] == action
@@ -102,8 +115,14 @@ async def test_without_batch_normalisation_advantages_are_the_returns(policy_url
 async def test_without_partial_credit_near_misses_train_as_zero(policy_url):
     # One turn per episode: a valid wrong guess ends it with GEM's partial credit 1 - distance/9.
     env = make_env(
-        policy_url, group_size=12, num_envs=4, gamma=1.0, batch_normalize=False, partial_credit=False,
-        env_kwargs={"max_turns": 1}, include_messages=True,
+        policy_url,
+        group_size=12,
+        num_envs=4,
+        gamma=1.0,
+        batch_normalize=False,
+        partial_credit=False,
+        env_kwargs={"max_turns": 1},
+        include_messages=True,
     )
     await env.setup()
     group, _ = await env.collect_trajectories(await env.get_next_item())

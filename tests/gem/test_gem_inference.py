@@ -25,7 +25,9 @@ async def test_gem_episodes_smoke_tested_against_the_local_model(home: Path) -> 
         assert not (await client.call_tool("rl_select_environment", {"name": EASY})).is_error
         for field, value in {"max_tokens_per_turn": 4, "num_envs": 3}.items():
             assert not (await client.call_tool("rl_edit_config", {"field": field, "value": value})).is_error
-        answer = await client.call_tool("rl_test_inference", {"num_steps": STEPS, "group_size": GROUP, "models": ["local"]})
+        answer = await client.call_tool(
+            "rl_test_inference", {"num_steps": STEPS, "group_size": GROUP, "models": ["local"]}
+        )
         assert not answer.is_error, answer.content
         result = answer.structured_content
         if result["state"] == "running":

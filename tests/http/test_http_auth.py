@@ -88,8 +88,13 @@ def _ipv6() -> bool:
 
 
 @contextmanager
-def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, allowed: str | None = None,
-                extra_args: tuple[str, ...] = ()) -> Iterator[Server]:
+def http_server(
+    home: Path,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    allowed: str | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[Server]:
     port = allocate_ports(1)[0]
     env = make_env(home)
     env["PATH"] = os.environ.get("PATH", "")
@@ -101,8 +106,25 @@ def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, a
     connect = _connectable(host)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", host, "--port", str(port), *extra_args],
-            env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "mcp_rl",
+                "serve",
+                "--transport",
+                "http",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                *extra_args,
+            ],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + READY_DEADLINE_S
@@ -112,9 +134,9 @@ def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, a
             try:
                 socket.create_connection((connect, port), timeout=1).close()
                 break
-            except OSError:
+            except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"server not listening after {READY_DEADLINE_S}s:\n{log.read_text()}")
+                    raise AssertionError(f"server not listening after {READY_DEADLINE_S}s:\n{log.read_text()}") from exc
                 time.sleep(0.05)  # readiness probe interval
         yield Server(connect=connect, port=port, log=log)
     finally:
@@ -126,14 +148,16 @@ def http_server(home: Path, host: str = "127.0.0.1", token: str | None = None, a
             proc.wait()
 
 
-def post(server: Server, body: dict, host: str | None = None, origin: str | None = None,
-         token: str | None = None) -> tuple[int, dict[str, str], bytes]:
+def post(
+    server: Server, body: dict, host: str | None = None, origin: str | None = None, token: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
     """POST to the server's endpoint with exactly the Host (default: the address connected to),
     Origin and token given."""
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
-        "Host": host or (f"[{server.connect}]:{server.port}" if ":" in server.connect else f"{server.connect}:{server.port}"),
+        "Host": host
+        or (f"[{server.connect}]:{server.port}" if ":" in server.connect else f"{server.connect}:{server.port}"),
     }
     if origin is not None:
         headers["Origin"] = origin
@@ -161,14 +185,28 @@ def assert_host_and_origin_checked(server: Server, good_host: str, token: str | 
     status, _, body = post(server, INIT, host=f"{good}:{server.port}", origin=f"http://{EVIL}", token=token)
     assert status == 403 and json.loads(body)["error"] == "invalid_origin"
     assert post(server, INIT, host=f"{good}:{server.port}", origin="null", token=token)[0] == 403
-    status, _, body = post(server, INIT, host=f"{good}:{server.port}", origin=f"http://{good}:{server.port}", token=token)
+    status, _, body = post(
+        server, INIT, host=f"{good}:{server.port}", origin=f"http://{good}:{server.port}", token=token
+    )
     assert status == 200, body
     assert EVIL in server.log.read_text()  # the refusal is logged for the operator
 
 
 # --- the policy ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "127.255.0.9", "localhost", "LOCALHOST", "localhost.",
-                                  "::1", "[::1]", "::ffff:127.0.0.1"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "127.0.0.2",
+        "127.255.0.9",
+        "localhost",
+        "LOCALHOST",
+        "localhost.",
+        "::1",
+        "[::1]",
+        "::ffff:127.0.0.1",
+    ],
+)
 def test_loopback_hosts_need_no_token_and_accept_loopback_names(host: str) -> None:
     assert is_loopback(host)
     policy = bind_policy(host, None)
@@ -218,7 +256,13 @@ def test_non_local_bind_without_token_refuses_to_start(home: Path) -> None:
     env["PATH"] = os.environ.get("PATH", "")
     done = subprocess.run(
         [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", "0.0.0.0", "--port", str(port)],
-        env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode != 0
     assert "MCP_RL_TOKEN" in done.stderr and "0.0.0.0" in done.stderr
@@ -233,7 +277,13 @@ def test_wildcard_bind_without_allow_list_refuses_to_start(home: Path) -> None:
     env["PATH"] = os.environ.get("PATH", "")
     done = subprocess.run(
         [sys.executable, "-m", "mcp_rl", "serve", "--transport", "http", "--host", "0.0.0.0", "--port", str(port)],
-        env=env, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode != 0 and "MCP_RL_ALLOWED_HOSTS" in done.stderr
     assert TOKEN not in done.stderr + done.stdout
@@ -282,7 +332,9 @@ def test_non_loopback_address_bind_refuses_a_wrong_host_or_origin(home: Path) ->
 @pytest.mark.skipif(not _ipv6(), reason="no IPv6")
 def test_non_loopback_ipv6_wildcard_bind_refuses_a_wrong_host_or_origin(home: Path) -> None:
     # The allow-list from the command line this time (--allow-host adds to MCP_RL_ALLOWED_HOSTS).
-    with http_server(home, host="::", token=TOKEN, extra_args=("--allow-host", "gpu-box", "--allow-host", "10.9.8.7")) as server:
+    with http_server(
+        home, host="::", token=TOKEN, extra_args=("--allow-host", "gpu-box", "--allow-host", "10.9.8.7")
+    ) as server:
         assert_host_and_origin_checked(server, "gpu-box", token=TOKEN)
         assert_host_and_origin_checked(server, "10.9.8.7", token=TOKEN)
 

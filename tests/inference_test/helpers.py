@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 # The bundled environment the tests smoke-test (no extra environment folders needed).
 ENV_NAME = "arithmetic"
 ENV_PATHS: list[Path] = []

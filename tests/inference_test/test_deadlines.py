@@ -88,7 +88,9 @@ async def test_cancelling_the_worker_ends_its_models(home: Path) -> None:
     with FakeOpenRouter(behaviours={HANG: "hang"}, hang_s=600) as fake:
         settings = _settings(home, fake)
         env_ref, env_config = _environment(settings)
-        started = service.start_test(settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300)
+        started = service.start_test(
+            settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300
+        )
         await _until(lambda: HANG in fake.models_seen(), 120, "the model's first request")
         done = await anyio.to_thread.run_sync(service.cancel_test, settings, started.test_id)
     assert done.state == "cancelled"
@@ -100,13 +102,23 @@ async def test_a_dead_worker_reads_as_failed_and_its_models_are_ended(home: Path
     with FakeOpenRouter(behaviours={HANG: "hang"}, hang_s=600) as fake:
         settings = _settings(home, fake)
         env_ref, env_config = _environment(settings)
-        started = service.start_test(settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300)
+        started = service.start_test(
+            settings, env_ref, env_config, num_steps=1, group_size=2, models=[HANG], model_timeout_s=300
+        )
         await _until(lambda: HANG in fake.models_seen(), 120, "the model's first request")
-        await _until(lambda: service.read_test(settings, started.test_id).models_tested[0].pid is not None, 10, "the pid")
+        await _until(
+            lambda: service.read_test(settings, started.test_id).models_tested[0].pid is not None, 10, "the pid"
+        )
         record = WorkerRecord.model_validate_json((home / "tests" / started.test_id / WORKER_FILE).read_text())
         os.kill(record.pid, signal.SIGKILL)  # no chance to clean up
-        await _until(lambda: not psutil.pid_exists(record.pid) or psutil.Process(record.pid).status() == psutil.STATUS_ZOMBIE, 10, "the worker to die")
+        await _until(
+            lambda: not psutil.pid_exists(record.pid) or psutil.Process(record.pid).status() == psutil.STATUS_ZOMBIE,
+            10,
+            "the worker to die",
+        )
         result = service.read_test(settings, started.test_id)
     assert result.state == "failed" and "worker exited" in result.message
     assert result.models_tested[0].state == "failed"
-    await _until(lambda: not _processes_under(home / "tests" / started.test_id), 15, "the orphaned model process to end")
+    await _until(
+        lambda: not _processes_under(home / "tests" / started.test_id), 15, "the orphaned model process to end"
+    )

@@ -22,20 +22,36 @@ QUESTION = [{"role": "user", "content": "What is 3 + 4? Answer with the number."
 
 def _model(model_id: str, reasoning: dict | None = None, floor: int | None = None) -> ModelSpec:
     return ModelSpec(
-        id=model_id, name=model_id, scale="s", provider="openrouter", slug=model_slug(model_id),
-        reasoning=reasoning, min_max_tokens=floor,
+        id=model_id,
+        name=model_id,
+        scale="s",
+        provider="openrouter",
+        slug=model_slug(model_id),
+        reasoning=reasoning,
+        min_max_tokens=floor,
     )
 
 
 @contextmanager
 def _through_gateway(
-    fake: FakeOpenRouter, model: ModelSpec, requests: int = 20, tokens: int = 100_000, key: str = KEY,
-    empty_limit: int = 4, upstream: str | None = None,
+    fake: FakeOpenRouter,
+    model: ModelSpec,
+    requests: int = 20,
+    tokens: int = 100_000,
+    key: str = KEY,
+    empty_limit: int = 4,
+    upstream: str | None = None,
 ) -> Iterator[tuple[openai.OpenAI, Lane]]:
     gateway = Gateway().start()
     lane = Lane(
-        model, upstream or fake.base_url, key, Budgets(requests, tokens), empty_limit=empty_limit,
-        request_timeout_s=10, known_ids=fake.known_ids(), backoff_base_s=0.05,
+        model,
+        upstream or fake.base_url,
+        key,
+        Budgets(requests, tokens),
+        empty_limit=empty_limit,
+        request_timeout_s=10,
+        known_ids=fake.known_ids(),
+        backoff_base_s=0.05,
     )
     gateway.add(lane)
     # What a child does: the real openai client with the gateway's token; no retries of its own here.
@@ -74,7 +90,10 @@ def test_a_reasoning_model_answers_through_the_gateway_but_not_without_it() -> N
 
 def test_a_model_that_never_answers_stops_after_a_group_of_empty_answers() -> None:
     model = _model("fake/silent-model", {"effort": "low"}, floor=64)
-    with FakeOpenRouter(behaviours={model.id: "silent"}) as fake, _through_gateway(fake, model, requests=50) as (client, lane):
+    with (
+        FakeOpenRouter(behaviours={model.id: "silent"}) as fake,
+        _through_gateway(fake, model, requests=50) as (client, lane),
+    ):
         for _ in range(10):
             try:
                 _ask(client, model)
@@ -124,7 +143,9 @@ def test_token_budget_caps_max_tokens_then_stops() -> None:
         ("mandatory", KEY, "minimax/minimax-m2.7", 400, "refused the reasoning options"),
     ],
 )
-def test_fatal_provider_errors_become_one_line_with_the_fix(behaviour: str, key: str, model_id: str, status: int, words: str) -> None:
+def test_fatal_provider_errors_become_one_line_with_the_fix(
+    behaviour: str, key: str, model_id: str, status: int, words: str
+) -> None:
     model = _model(model_id, {"enabled": False})
     catalog = ["fake/good-model", "fake/broke-model", "qwen/qwen3-8b", "qwen/qwen3-14b", "minimax/minimax-m2.7"]
     with FakeOpenRouter(api_key=KEY, behaviours={model_id: behaviour}, catalog=catalog) as fake:
@@ -158,7 +179,10 @@ def test_429_waits_as_long_as_retry_after_says_then_answers() -> None:
 
 def test_server_errors_back_off_exponentially_and_stop_the_model() -> None:
     model = _model("fake/broken-model")
-    with FakeOpenRouter(behaviours={model.id: "fail"}) as fake, _through_gateway(fake, model, requests=100) as (client, lane):
+    with (
+        FakeOpenRouter(behaviours={model.id: "fail"}) as fake,
+        _through_gateway(fake, model, requests=100) as (client, lane),
+    ):
         started = time.monotonic()
         for _ in range(10):
             with pytest.raises(openai.APIStatusError):
@@ -197,7 +221,10 @@ def test_preflight_checks_ids_and_key_before_any_paid_call() -> None:
         paid = fake.completions_for("qwen/qwen3-8b")
     assert set(checked.causes) == {"z-ai/glm-4.7-flsh", "nobody/nothing"}
     assert "Closest ids: z-ai/glm-4.7-flash" in checked.causes["z-ai/glm-4.7-flsh"]
-    assert "Closest" not in checked.causes["nobody/nothing"] and "https://openrouter.ai/models" in checked.causes["nobody/nothing"]
+    assert (
+        "Closest" not in checked.causes["nobody/nothing"]
+        and "https://openrouter.ai/models" in checked.causes["nobody/nothing"]
+    )
     assert "refused the key" in wrong_key.causes["qwen/qwen3-8b"]
     assert paid == []
     with socket.socket() as s:

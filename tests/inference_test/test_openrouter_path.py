@@ -89,7 +89,11 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
             if result["state"] == "running":  # a slow machine: the test went on without the call
                 result = stored
             listing = json.loads((await client.read_resource("rl://tests")).contents[0].text)
-            model_log = (await client.read_resource(stored["models_tested"][1]["resources"]["log"] + "?tail=3")).contents[0].text
+            model_log = (
+                (await client.read_resource(stored["models_tested"][1]["resources"]["log"] + "?tail=3"))
+                .contents[0]
+                .text
+            )
             good_links = stored["models_tested"][0]["resources"]
             html = (await client.read_resource(good_links["html"])).contents[0].text
             first_group = (await client.read_resource(good_links["jsonl"] + "?limit=1")).contents[0].text
@@ -101,14 +105,22 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
     assert [t["test_id"] for t in listing["tests"]] == [result["test_id"]]
     assert len(model_log.splitlines()) == 3
     assert "<html" in html.lower()
-    assert len(first_group.splitlines()) == 1 and json.loads(first_group)["scores"] == result["models_tested"][0]["steps"][0]["scores"]
+    assert (
+        len(first_group.splitlines()) == 1
+        and json.loads(first_group)["scores"] == result["models_tested"][0]["steps"][0]["scores"]
+    )
     by_model = {m["model"]: m for m in result["models_tested"]}
     assert list(by_model) == [GOOD, MALFORMED, FAILING]
 
     good = by_model[GOOD]
     if answer.structured_content["state"] == "completed":
         # Resource links to the test, and to the JSONL, HTML report and log of a finished model.
-        assert {result["resource"], good["resources"]["jsonl"], good["resources"]["html"], good["resources"]["log"]} <= links
+        assert {
+            result["resource"],
+            good["resources"]["jsonl"],
+            good["resources"]["html"],
+            good["resources"]["log"],
+        } <= links
     assert good["state"] == "succeeded", good["error"]
     # The fake answers right for even completion indices: the env's own scorer must find 2 of 4.
     assert good["total_completions"] == 8 and good["correct_completions"] == 4
@@ -159,12 +171,19 @@ async def test_local_and_openrouter_models_together(home: Path) -> None:
         )
         async with Client(build_server(settings)) as client:
             assert not (await client.call_tool("rl_select_environment", {"name": ENV_NAME})).is_error
-            answer = await client.call_tool("rl_test_inference", {"num_steps": 1, "group_size": 2, "models": ["local", GOOD]})
+            answer = await client.call_tool(
+                "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": ["local", GOOD]}
+            )
             assert not answer.is_error, answer.content
             result = await read_until_done(client, answer.structured_content["resource"])
     assert result["state"] == "completed", result["message"]
     local, remote = result["models_tested"]
-    assert (local["model"], local["provider"], remote["model"], remote["provider"]) == ("local", "local", GOOD, "openrouter")
+    assert (local["model"], local["provider"], remote["model"], remote["provider"]) == (
+        "local",
+        "local",
+        GOOD,
+        "openrouter",
+    )
     assert local["state"] == remote["state"] == "succeeded", (local["error"], remote["error"])
     assert local["total_completions"] == remote["total_completions"] == 2
     assert remote["accuracy"] == 0.5
@@ -172,5 +191,8 @@ async def test_local_and_openrouter_models_together(home: Path) -> None:
     assert remote["started_at"] < local["started_at"]
     # Each model wrote its own files under the test's folder (no `_1` renames of older output).
     test_dir = home / "tests" / result["test_id"]
-    assert {Path(m["output_file"]) for m in (local, remote)} == {test_dir / "local" / "groups.jsonl", test_dir / "fake_good-model" / "groups.jsonl"}
+    assert {Path(m["output_file"]) for m in (local, remote)} == {
+        test_dir / "local" / "groups.jsonl",
+        test_dir / "fake_good-model" / "groups.jsonl",
+    }
     assert not list(test_dir.rglob("groups_1.jsonl"))

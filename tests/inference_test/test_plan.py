@@ -26,7 +26,9 @@ def test_defaults_follow_the_key(tmp_path: Path) -> None:
 
 
 def test_any_openrouter_id_with_local_and_nothing_dropped(tmp_path: Path) -> None:
-    planned = service.plan_models(_settings(tmp_path, "sk-x"), ["qwen/qwen3-8b", "some/new-model", "local", "some/new-model"])
+    planned = service.plan_models(
+        _settings(tmp_path, "sk-x"), ["qwen/qwen3-8b", "some/new-model", "local", "some/new-model"]
+    )
     assert [m.id for m in planned] == ["qwen/qwen3-8b", "some/new-model", "local"]
     assert planned[0].name == "Qwen3 8B" and planned[1].scale == "custom"
     assert [m.slug for m in planned] == ["qwen_qwen3-8b", "some_new-model", "local"]
@@ -48,7 +50,9 @@ def test_openrouter_ids_need_the_key(tmp_path: Path) -> None:
 
 
 def test_budgets_fit_the_test_and_options_come_from_the_catalog(tmp_path: Path) -> None:
-    planned = service.plan_models(_settings(tmp_path, "sk-x"), ["qwen/qwen3-8b", "minimax/minimax-m2.7", "some/new-model", "local"])
+    planned = service.plan_models(
+        _settings(tmp_path, "sk-x"), ["qwen/qwen3-8b", "minimax/minimax-m2.7", "some/new-model", "local"]
+    )
     qwen, minimax, custom, local = service.with_budgets(planned, 3, 16)
     assert qwen.reasoning == {"enabled": False} and qwen.min_max_tokens == 512
     assert minimax.reasoning and minimax.reasoning.get("enabled") is not False  # it always reasons

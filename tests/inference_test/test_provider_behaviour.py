@@ -57,7 +57,9 @@ async def test_the_default_reasoning_models_answer_and_say_what_they_cost(home: 
         assert m.usage.request_budget == 2 + 4
     # The environment asks for 8 tokens; the gateway sent each model's options from test_models.yaml.
     assert all(b["reasoning"] == {"enabled": False} and b["max_tokens"] >= 512 for b in sent["qwen/qwen3-8b"])
-    assert all(b["reasoning"].get("enabled") is not False and b["max_tokens"] >= 1024 for b in sent["minimax/minimax-m2.7"])
+    assert all(
+        b["reasoning"].get("enabled") is not False and b["max_tokens"] >= 1024 for b in sent["minimax/minimax-m2.7"]
+    )
     assert "Used 6 requests" in done.message and "$" in done.message
 
 
@@ -66,7 +68,9 @@ async def test_each_provider_error_is_one_line_with_the_fix_and_costs_at_most_it
     behaviours = {broke: "nocredits", silent: "silent", busy: "ratelimited"}
     catalog = ["qwen/qwen3-8b", broke, silent, busy]
     with FakeOpenRouter(api_key=KEY, behaviours=behaviours, catalog=catalog, retry_after_s=0.5) as fake:
-        done = await _run(_settings(home, fake), num_steps=2, group_size=2, models=[unknown, broke, silent, busy], max_parallel=4)
+        done = await _run(
+            _settings(home, fake), num_steps=2, group_size=2, models=[unknown, broke, silent, busy], max_parallel=4
+        )
         paid = {m: len(fake.completions_for(m)) for m in (unknown, broke, silent, busy)}
     by = {m.model: m for m in done.models_tested}
     assert by[unknown].state == "failed" and "Unknown model id 'qwen/qwen3-8c'" in by[unknown].error
@@ -91,7 +95,8 @@ async def test_a_refused_key_stops_every_model_before_any_paid_call(home: Path) 
 async def test_an_environment_with_a_bare_server_config_is_pointed_at_the_provider(home: Path, tmp_path: Path) -> None:
     envs = tmp_path / "envs"
     envs.mkdir()
-    (envs / "bare_arithmetic.py").write_text(textwrap.dedent('''
+    (envs / "bare_arithmetic.py").write_text(
+        textwrap.dedent('''
         from atroposlib.envs.base import BaseEnv
         from mcp_rl.environments.bundled.arithmetic import ArithmeticEnv
 
@@ -107,11 +112,17 @@ async def test_an_environment_with_a_bare_server_config_is_pointed_at_the_provid
                 server = servers[0]
                 server.base_url = "http://127.0.0.1:9/v1"  # nothing listens there
                 return env_config, server
-    '''))
+    ''')
+    )
     # The model also leaves every third answer empty: the group holding one is dropped and redone.
     with FakeOpenRouter(behaviours={"fake/good-model": "sometimes"}) as fake:
-        done = await _run(_settings(home, fake, env_paths=[envs]), "bare_arithmetic", num_steps=2, group_size=2,
-                          models=["fake/good-model"])
+        done = await _run(
+            _settings(home, fake, env_paths=[envs]),
+            "bare_arithmetic",
+            num_steps=2,
+            group_size=2,
+            models=["fake/good-model"],
+        )
         seen = fake.models_seen()
     (model,) = done.models_tested
     assert model.state == "succeeded", (model.error, model.log_tail)

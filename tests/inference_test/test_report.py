@@ -18,7 +18,11 @@ def _group(scores: list[float], question: str = "What is 2 + 3?") -> dict:
         "masks": [[-100, 2, 3]] * len(scores),
         "scores": scores,
         "messages": [
-            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": question}, {"role": "assistant", "content": a}]
+            [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": a},
+            ]
             for a in answers
         ],
     }
@@ -28,7 +32,9 @@ def _spec(tmp_path: Path, ids: list[str]) -> TestSpec:
     return TestSpec(
         test_id="t1",
         created_at=0.0,
-        environment=EnvironmentRef(name="arithmetic", class_name="A", file_path=tmp_path / "a.py", project_root=tmp_path),
+        environment=EnvironmentRef(
+            name="arithmetic", class_name="A", file_path=tmp_path / "a.py", project_root=tmp_path
+        ),
         env_config={},
         num_steps=2,
         group_size=4,

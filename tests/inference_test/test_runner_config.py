@@ -19,7 +19,9 @@ def _spec(tmp_path: Path) -> TestSpec:
     return TestSpec(
         test_id="t-1",
         created_at=0.0,
-        environment=EnvironmentRef(name="arithmetic", class_name="A", file_path=tmp_path / "a.py", project_root=tmp_path),
+        environment=EnvironmentRef(
+            name="arithmetic", class_name="A", file_path=tmp_path / "a.py", project_root=tmp_path
+        ),
         env_config={"group_size": 8, "batch_size": 4, "max_token_length": 512, "total_steps": 1000, "use_wandb": True},
         num_steps=3,
         group_size=16,
@@ -50,7 +52,9 @@ def test_config_overrides_only_what_a_smoke_test_needs_and_holds_no_key(tmp_path
         "api_key": None,  # the openai client then reads OPENAI_API_KEY from the environment
         "health_check": False,
     }
-    local_cfg = runner.process_config(spec, local, tmp_path / "local", Path("/models/tok"), "http://127.0.0.1:9/m/local")
+    local_cfg = runner.process_config(
+        spec, local, tmp_path / "local", Path("/models/tok"), "http://127.0.0.1:9/m/local"
+    )
     assert local_cfg["openai"]["base_url"] == "http://127.0.0.1:9/m/local" and local_cfg["openai"]["api_key"] is None
     assert KEY not in yaml.safe_dump(cfg) and KEY not in " ".join(runner.process_argv(spec, tmp_path / "c.yaml"))
 

@@ -25,7 +25,11 @@ async def test_schema_keeps_the_original_parameters_and_is_honest(home: Path, mo
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
     tool = tools["rl_test_inference"]
     props = tool.input_schema["properties"]
-    assert props["num_steps"]["default"] == 3 and props["num_steps"]["minimum"] == 1 and props["num_steps"]["maximum"] == 20
+    assert (
+        props["num_steps"]["default"] == 3
+        and props["num_steps"]["minimum"] == 1
+        and props["num_steps"]["maximum"] == 20
+    )
     assert props["group_size"]["default"] == 16 and props["group_size"]["maximum"] == 64
     assert props["models"]["default"] is None
     assert "required" not in tool.input_schema
@@ -33,7 +37,11 @@ async def test_schema_keeps_the_original_parameters_and_is_honest(home: Path, mo
     assert tool.annotations.idempotent_hint is False and tool.annotations.open_world_hint is True
     assert {"summary", "models_tested", "test_id", "state"} <= set(tool.output_schema["properties"])
     assert "BEFORE training" in tool.description
-    assert {"rl://tests/{test_id}", "rl://tests/{test_id}/{model}", "rl://tests/{test_id}/{model}/log{?tail}"} <= templates
+    assert {
+        "rl://tests/{test_id}",
+        "rl://tests/{test_id}/{model}",
+        "rl://tests/{test_id}/{model}/log{?tail}",
+    } <= templates
 
 
 async def test_refusals_say_what_to_do(home: Path, mode: str) -> None:

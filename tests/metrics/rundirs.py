@@ -41,7 +41,9 @@ def write_run(
     paths.logs_dir.mkdir(parents=True, exist_ok=True)
     config = RunConfig(
         run_id=run_id,
-        environment=EnvironmentRef(name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")),
+        environment=EnvironmentRef(
+            name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")
+        ),
         paths=paths,
         env={"group_size": 4, "batch_size": 8, "total_steps": steps},
         openai=[{"model_name": "m", "base_url": "http://127.0.0.1:1/v1", "api_key": "x"}],
@@ -77,7 +79,10 @@ def write_run(
         weights.mkdir(parents=True)
         (weights / "adapter_config.json").write_text("{}")
         with open(paths.checkpoints_index, "w", encoding="utf-8") as fh:
-            fh.write(CheckpointRecord(step=steps, kind="sampler", path=str(weights), time=now, final=True).model_dump_json() + "\n")
+            fh.write(
+                CheckpointRecord(step=steps, kind="sampler", path=str(weights), time=now, final=True).model_dump_json()
+                + "\n"
+            )
     status = TrainerStatus(
         phase=TrainerPhase.DONE if state == "completed" else TrainerPhase.TRAINING,
         step=steps,

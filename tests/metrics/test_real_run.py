@@ -23,7 +23,8 @@ from mcp.types import ImageContent, ResourceUpdatedNotification
 from mcp_rl.metrics import store
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX
 from tests.conftest import stdio_params
-from tests.mcp_helpers import SHORT_RUN as SHORT, ok
+from tests.mcp_helpers import SHORT_RUN as SHORT
+from tests.mcp_helpers import ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -126,8 +126,9 @@ def test_plot_png_decodes_with_the_expected_size(settings: Settings) -> None:
     run_dir = write_run(settings, "plot", 2000, env_metrics=True)
     data = render_png(store.read_step_table(run_dir), "run plot")
     assert png_size(data) == (WIDTH_PX, HEIGHT_PX)
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     image = Image.open(io.BytesIO(data))
     image.load()  # decodes every pixel: a truncated or corrupt PNG raises here

@@ -25,8 +25,14 @@ def fresh_api_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def query(server: WandbServer | None = None, **overrides: object) -> WandbQuery:
     # A generous deadline: the look-ups here answer in well under a second, but the machine is shared.
-    values: dict[str, object] = {"mode": "online", "project": "mcp-rl", "group": RUN_ID, "api_key": API_KEY,
-                                 "timeout_s": 20.0, "base_url": server.base_url if server else None}
+    values: dict[str, object] = {
+        "mode": "online",
+        "project": "mcp-rl",
+        "group": RUN_ID,
+        "api_key": API_KEY,
+        "timeout_s": 20.0,
+        "base_url": server.base_url if server else None,
+    }
     values.update(overrides)
     return WandbQuery.model_validate(values)
 

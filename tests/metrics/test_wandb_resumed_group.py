@@ -16,8 +16,14 @@ RUN_ID = "r3sum3d1"
 
 
 def query(server: WandbServer, **overrides) -> WandbQuery:
-    values = {"mode": "online", "project": "mcp-rl", "group": RUN_ID, "api_key": API_KEY, "timeout_s": 20.0,
-              "base_url": server.base_url}
+    values = {
+        "mode": "online",
+        "project": "mcp-rl",
+        "group": RUN_ID,
+        "api_key": API_KEY,
+        "timeout_s": 20.0,
+        "base_url": server.base_url,
+    }
     values.update(overrides)
     return WandbQuery(**values)
 
@@ -31,8 +37,9 @@ def resumed_group() -> list:
     first, env, neighbour = recorded_group(RUN_ID, entity=ENTITY)
     # The second start resumed at step 20 and went on to step 30 (reward/mean 0.9 at the end).
     rows = [{"_step": s, "reward/mean": 0.9, "train/loss": 0.01} for s in range(21, 31)]
-    resumed = dataclasses.replace(first, id="tr4in3r2", rows=rows,
-                                  summary_metrics={"_step": 30, "reward/mean": 0.9, "train/loss": 0.01})
+    resumed = dataclasses.replace(
+        first, id="tr4in3r2", rows=rows, summary_metrics={"_step": 30, "reward/mean": 0.9, "train/loss": 0.01}
+    )
     return [first, env, neighbour, resumed]
 
 

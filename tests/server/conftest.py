@@ -25,6 +25,14 @@ def record_run(settings: Settings, run_id: str, created_at: float | None = None)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
     when = time.time() if created_at is None else created_at
     service.registry_for(settings).create_run(
-        RunRecord(run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING,
-                  created_at=when, updated_at=when, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml"))
+        RunRecord(
+            run_id=run_id,
+            environment="arithmetic",
+            backend="local",
+            state=RunState.STARTING,
+            created_at=when,
+            updated_at=when,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+        )
     )

@@ -17,7 +17,11 @@ from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 # A trainer that ignores SIGTERM (as one saving a big checkpoint would): it takes its whole grace.
-STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)",
+]
 
 
 def stand_in_run(settings: Settings, run_id: str) -> list[Popen[bytes]]:
@@ -32,9 +36,18 @@ def stand_in_run(settings: Settings, run_id: str) -> list[Popen[bytes]]:
         "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s}) + "\n" for s in (1, 2, 3))
     )
     now = time.time()
-    registry.create_run(RunRecord(run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING,
-                                  created_at=now, updated_at=now, run_dir=str(run_dir),
-                                  config_path=str(run_dir / "run.yaml")))
+    registry.create_run(
+        RunRecord(
+            run_id=run_id,
+            environment="arithmetic",
+            backend="local",
+            state=RunState.STARTING,
+            created_at=now,
+            updated_at=now,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+        )
+    )
     registry.transition(run_id, RunState.RUNNING, "all processes ready")
     marker = run_marker(str(run_dir))
     popens = []
@@ -50,7 +63,8 @@ def stand_in_run(settings: Settings, run_id: str) -> list[Popen[bytes]]:
         if name == "supervisor":
             registry.update_run(run_id, supervisor_pid=ident.pid, supervisor_create_time=ident.create_time)
         else:
-            registry.set_process(run_id, name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid,
-                                 create_time=ident.create_time)
+            registry.set_process(
+                run_id, name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time
+            )
         popens.append(popen)
     return popens

@@ -93,7 +93,8 @@ async def test_run_ids_newest_first_and_lists_skip_chosen_ids(settings, mode) ->
             assert await complete(client, template(uri), "run_id", "bb") == ["bbb33333"]
         # compare_runs takes a comma-separated list: the last item completes, chosen ids are not offered
         assert await complete(client, prompt("compare_runs"), "run_ids", "aab22222,") == [
-            "aab22222,bbb33333", "aab22222,aaa11111"
+            "aab22222,bbb33333",
+            "aab22222,aaa11111",
         ]
 
 
@@ -114,9 +115,13 @@ async def test_test_ids_and_their_model_folders(settings, mode) -> None:
     async with Client(build_server(settings), mode=mode) as client:
         ref = template("rl://tests/{test_id}/{model}")
         assert await complete(client, template("rl://tests/{test_id}"), "test_id", "") == [
-            "20260102T000000-bbbb", "20260101T000000-aaaa"
+            "20260102T000000-bbbb",
+            "20260101T000000-aaaa",
         ]
-        assert await complete(client, ref, "model", "", {"test_id": "20260102T000000-bbbb"}) == ["local", "qwen_qwen3-8b"]
+        assert await complete(client, ref, "model", "", {"test_id": "20260102T000000-bbbb"}) == [
+            "local",
+            "qwen_qwen3-8b",
+        ]
         assert await complete(client, ref, "model", "q", {"test_id": "20260102T000000-bbbb"}) == ["qwen_qwen3-8b"]
         assert await complete(client, ref, "model", "", {"test_id": "../etc"}) == []
         assert await complete(client, ref, "model", "") == []  # no test_id yet: nothing known
@@ -126,7 +131,9 @@ async def test_model_ids_for_the_smoke_test_prompt(settings, mode) -> None:
     async with Client(build_server(settings), mode=mode) as client:
         values = await complete(client, prompt("smoke_test_models"), "models", "")
         assert values[0] == "local" and "qwen/qwen3-8b" in values
-        assert await complete(client, prompt("smoke_test_models"), "models", "local, qwen/qwen3-") == ["local, qwen/qwen3-8b"]
+        assert await complete(client, prompt("smoke_test_models"), "models", "local, qwen/qwen3-") == [
+            "local, qwen/qwen3-8b"
+        ]
 
 
 async def test_config_fields_are_run_options_then_the_selected_environments_fields(settings) -> None:

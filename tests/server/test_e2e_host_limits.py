@@ -73,7 +73,9 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
 
                 # The three slow calls at once, as a busy agent would make them.
                 async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(run, "smoke test", "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": [MODEL]})
+                    tasks.start_soon(
+                        run, "smoke test", "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": [MODEL]}
+                    )
                     tasks.start_soon(run, "stop", "rl_stop_training", {"run_id": "stop1234"})
                     await anyio.sleep(1)  # the smoke test has read the selected environment by now
                     tasks.start_soon(run, "select slow", "rl_select_environment", {"name": "slow_import"})
@@ -94,7 +96,9 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
                     if late["state"] != "running" or time.monotonic() > deadline:
                         break
                 assert late["state"] == "completed", late["message"]
-                assert late["models_tested"][0]["state"] == "succeeded" and late["summary"]["environment_working"] is True
+                assert (
+                    late["models_tested"][0]["state"] == "succeeded" and late["summary"]["environment_working"] is True
+                )
                 listed = await call("list tests", "rl_list_tests", {})
                 assert smoke["test_id"] in [t["test_id"] for t in listed["tests"]]
 
@@ -118,10 +122,14 @@ async def test_a_running_smoke_test_is_listed_and_cancelled_through_tools(home: 
 
     hang = "fake/hanging-model"
     with FakeOpenRouter(behaviours={hang: "hang"}, hang_s=600) as fake:
-        settings = Settings.from_env({
-            "MCP_RL_HOME": str(home), "MCP_RL_TOOL_TIME_BUDGET": "10",
-            "OPENROUTER_API_KEY": "sk-or-FAKE-cancel", "OPENROUTER_BASE_URL": fake.base_url,
-        })
+        settings = Settings.from_env(
+            {
+                "MCP_RL_HOME": str(home),
+                "MCP_RL_TOOL_TIME_BUDGET": "10",
+                "OPENROUTER_API_KEY": "sk-or-FAKE-cancel",
+                "OPENROUTER_BASE_URL": fake.base_url,
+            }
+        )
         async with Client(build_server(settings)) as client:
             call = Calls(client)
             await call("select", "rl_select_environment", {"name": "arithmetic"})

@@ -47,20 +47,36 @@ def _settings(home: Path, **extra: str) -> Settings:
     return Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=GOOD, **extra))
 
 
-def _record_run(settings: Settings, run_id: str, state: RunState = RunState.COMPLETED, steps: int = 3,
-                created_at: float | None = None) -> Path:
+def _record_run(
+    settings: Settings,
+    run_id: str,
+    state: RunState = RunState.COMPLETED,
+    steps: int = 3,
+    created_at: float | None = None,
+) -> Path:
     registry = service.registry_for(settings)
     run_dir = settings.runs_dir / run_id
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
     (run_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s, "pad": "x" * 50}) + "\n"
-                for s in range(1, steps + 1))
+        "".join(
+            json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s, "pad": "x" * 50}) + "\n"
+            for s in range(1, steps + 1)
+        )
     )
     now = created_at or time.time()
-    registry.create_run(RunRecord(run_id=run_id, environment="counting", backend="local", state=RunState.STARTING,
-                                  created_at=now, updated_at=now, run_dir=str(run_dir),
-                                  config_path=str(run_dir / "run.yaml")))
+    registry.create_run(
+        RunRecord(
+            run_id=run_id,
+            environment="counting",
+            backend="local",
+            state=RunState.STARTING,
+            created_at=now,
+            updated_at=now,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+        )
+    )
     if state != RunState.STARTING:
         registry.transition(run_id, RunState.RUNNING, "all processes ready")
     if state == RunState.COMPLETED:
@@ -103,7 +119,9 @@ async def test_misplaced_arguments_say_where_they_belong_and_nothing_runs(home: 
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Everything of rl_start_training except spawning the supervisor (that is the e2e tier's)."""
     launched: list[str] = []
-    monkeypatch.setattr(service, "_launch_supervisor", lambda settings, registry, run_id, run_dir: launched.append(run_id))
+    monkeypatch.setattr(
+        service, "_launch_supervisor", lambda settings, registry, run_id, run_dir: launched.append(run_id)
+    )
     return launched
 
 
@@ -118,7 +136,9 @@ async def test_same_idempotency_key_returns_the_first_run(home: Path, no_launch:
         racing: list[str] = []
 
         async def start_k3() -> None:
-            racing.append((await client.call_tool("rl_start_training", {"idempotency_key": "k-3"})).structured_content["run_id"])
+            racing.append(
+                (await client.call_tool("rl_start_training", {"idempotency_key": "k-3"})).structured_content["run_id"]
+            )
 
         async with anyio.create_task_group() as tasks:
             for _ in range(3):
@@ -152,9 +172,7 @@ async def test_a_stale_revision_is_refused_and_nothing_starts(home: Path, no_lau
 
 
 async def test_a_slow_import_answers_within_the_budget_and_the_next_select_collects_it(home: Path) -> None:
-    settings = Settings.from_env(
-        make_env(home, MCP_RL_ENV_PATHS=SLOW, MCP_RL_TOOL_TIME_BUDGET="1", SLOW_IMPORT_S="2")
-    )
+    settings = Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=SLOW, MCP_RL_TOOL_TIME_BUDGET="1", SLOW_IMPORT_S="2"))
     progress: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -210,10 +228,18 @@ async def test_a_log_is_followed_by_cursor_without_rereading(home: Path) -> None
     log.write_text("".join(f"line {i:04d}\n" for i in range(1000)))  # 10 bytes a line
     async with Client(build_server(settings)) as client:
         tail = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "max_bytes": 95})).structured_content
-        head = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": 0, "max_bytes": 25})).structured_content
-        nxt = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": head["next_cursor"], "max_bytes": 25})).structured_content
+        head = (
+            await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": 0, "max_bytes": 25})
+        ).structured_content
+        nxt = (
+            await client.call_tool(
+                "rl_read_log", {"run_id": "abc12345", "cursor": head["next_cursor"], "max_bytes": 25}
+            )
+        ).structured_content
         append(log, "new line\n")
-        new = (await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": tail["next_cursor"]})).structured_content
+        new = (
+            await client.call_tool("rl_read_log", {"run_id": "abc12345", "cursor": tail["next_cursor"]})
+        ).structured_content
         bad = await client.call_tool("rl_read_log", {"run_id": "abc12345", "process": "../../state.db"})
     assert tail["text"].splitlines() == [f"line {i:04d}" for i in range(991, 1000)] and tail["at_end"]
     assert "earlier bytes not shown" in tail["message"]
@@ -237,7 +263,9 @@ async def test_wait_returns_at_the_step_or_when_the_time_is_up(home: Path) -> No
     async with Client(build_server(settings)) as client:
         writer = threading.Thread(target=write_steps)
         writer.start()
-        reached = (await client.call_tool("rl_wait_for_run", {"run_id": "abc12345", "until_step": 3})).structured_content
+        reached = (
+            await client.call_tool("rl_wait_for_run", {"run_id": "abc12345", "until_step": 3})
+        ).structured_content
         writer.join()
         started = time.monotonic()
         idle = (await client.call_tool("rl_wait_for_run", {"run_id": "abc12345", "timeout_s": 0.5})).structured_content

@@ -35,7 +35,9 @@ def test_one_version_from_the_package_metadata() -> None:
 
 
 def test_cli_version() -> None:
-    done = subprocess.run([sys.executable, "-m", "mcp_rl", "--version"], check=False, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_rl", "--version"], check=False, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"mcp-rl {mcp_rl.__version__}"
 

@@ -56,8 +56,11 @@ async def test_prompts_are_listed_with_titles_and_described_arguments(settings, 
             assert argument.description, (prompt.name, argument.name)
     required = {name: {a.name for a in p.arguments or [] if a.required} for name, p in prompts.items()}
     assert required == {
-        "train_environment": set(), "diagnose_run": {"run_id"}, "compare_runs": {"run_ids"},
-        "smoke_test_models": set(), "tune_config": {"field"},
+        "train_environment": set(),
+        "diagnose_run": {"run_id"},
+        "compare_runs": {"run_ids"},
+        "smoke_test_models": set(),
+        "tune_config": {"field"},
     }
 
 
@@ -91,8 +94,15 @@ async def test_train_environment_walks_the_whole_workflow_in_order(settings, mod
         text = await text_of(client, "train_environment", {"environment": "arithmetic", "goal": "add faster"})
         chosen = await text_of(client, "train_environment", {})
     steps = re.split(r"\n\d\. ", text)[1:]
-    expected = ["rl_select_environment('arithmetic')", "rl_edit_config", "rl_test_inference", "confirm",
-                "rl_start_training", "rl_check_status", "rl_get_results"]
+    expected = [
+        "rl_select_environment('arithmetic')",
+        "rl_edit_config",
+        "rl_test_inference",
+        "confirm",
+        "rl_start_training",
+        "rl_check_status",
+        "rl_get_results",
+    ]
     assert len(steps) == len(expected)
     for step, needed in zip(steps, expected):
         assert needed in step, (needed, step)

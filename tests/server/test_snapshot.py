@@ -59,12 +59,18 @@ def _changed_part(old: str, new: str, context: int = 50) -> str:
     while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
         end += 1
     lo = max(0, start - context)
-    return f"    was: ...{old[lo:len(old) - end + context]}...\n    now: ...{new[lo:len(new) - end + context]}..."
+    return f"    was: ...{old[lo : len(old) - end + context]}...\n    now: ...{new[lo : len(new) - end + context]}..."
 
 
 def _diff(want: str, got: str, name: str) -> str:
-    lines = list(difflib.unified_diff(want.splitlines(), got.splitlines(), f"snapshot/{name}", f"server/{name}", lineterm="", n=2))
-    shown = lines[:MAX_DIFF_LINES] + ([f"... {len(lines) - MAX_DIFF_LINES} more diff lines"] if len(lines) > MAX_DIFF_LINES else [])
+    lines = list(
+        difflib.unified_diff(
+            want.splitlines(), got.splitlines(), f"snapshot/{name}", f"server/{name}", lineterm="", n=2
+        )
+    )
+    shown = lines[:MAX_DIFF_LINES] + (
+        [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"] if len(lines) > MAX_DIFF_LINES else []
+    )
     # Long lines that changed a little: say where.
     removed = [line[1:] for line in lines if line.startswith("-") and not line.startswith("---")]
     added = [line[1:] for line in lines if line.startswith("+") and not line.startswith("+++")]

@@ -37,7 +37,18 @@ class Ok(BaseHTTPRequestHandler):
 
 def write_status(path: Path, phase: str, step: int) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"phase": phase, "step": step, "num_steps": 2, "heartbeat": time.time(), "pid": os.getpid(), "error": "step 2 raised: boom" if phase == "failed" else None}))
+    tmp.write_text(
+        json.dumps(
+            {
+                "phase": phase,
+                "step": step,
+                "num_steps": 2,
+                "heartbeat": time.time(),
+                "pid": os.getpid(),
+                "error": "step 2 raised: boom" if phase == "failed" else None,
+            }
+        )
+    )
     os.replace(tmp, path)
 
 
@@ -56,10 +67,12 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds of start-up before serving")
     parser.add_argument("--metrics", type=Path, help="append a metrics line (and a checkpoint record) per step")
     parser.add_argument("--step-s", type=float, default=0.5, help="with --metrics: seconds per step")
-    parser.add_argument("--term-delay", type=float, default=None,
-                        help="on SIGTERM, go on this long (finishing a step) and then exit 0")
+    parser.add_argument(
+        "--term-delay", type=float, default=None, help="on SIGTERM, go on this long (finishing a step) and then exit 0"
+    )
     args = parser.parse_args()
     if args.term_delay is not None:
+
         def finish_then_exit(*_: object) -> None:
             threading.Timer(args.term_delay, lambda: os._exit(0)).start()
 
@@ -82,7 +95,10 @@ def main() -> int:
         if args.metrics and time.monotonic() >= next_step:
             step, next_step = step + 1, next_step + args.step_s
             with open(args.metrics, "a") as fh:
-                fh.write(json.dumps({"step": step, "reward/mean": step / 10, "train/loss": 1 / step, "time": time.time()}) + "\n")
+                fh.write(
+                    json.dumps({"step": step, "reward/mean": step / 10, "train/loss": 1 / step, "time": time.time()})
+                    + "\n"
+                )
             with open(args.metrics.with_name("checkpoints.jsonl"), "a") as fh:
                 fh.write(json.dumps({"step": step, "path": f"checkpoints/step_{step}"}) + "\n")
         if args.done_when and args.done_when.exists():

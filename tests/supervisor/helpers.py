@@ -52,7 +52,11 @@ class Stranger:
         self.signals_file = tmp_path / f"{name}.signals"
         out = subprocess.run(
             [sys.executable, "-c", _LAUNCH_DETACHED, sys.executable, "-c", _STRANGER, str(self.signals_file)],
-            capture_output=True, text=True, timeout=30, check=True, env=self._env(marker),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+            env=self._env(marker),
         )
         self.pid = int(out.stdout.split()[0])
         self.process = psutil.Process(self.pid)

@@ -53,8 +53,9 @@ async def start_run(client: Client, **overrides: Any) -> str:
     return started["run_id"]
 
 
-async def wait_status(client: Client, run_id: str, wanted: set[str], timeout: float = RUN_DEADLINE_S,
-                      until: Any = None) -> dict[str, Any]:
+async def wait_status(
+    client: Client, run_id: str, wanted: set[str], timeout: float = RUN_DEADLINE_S, until: Any = None
+) -> dict[str, Any]:
     """Poll rl_check_status until the run is in `wanted` (and `until(status)` holds)."""
     end = time.monotonic() + timeout
     status: dict[str, Any] = {}

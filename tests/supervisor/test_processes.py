@@ -31,7 +31,9 @@ while True: time.sleep(1)
 def _pids_from_log(log: Path, count: int) -> list[int]:
     def read() -> list[int] | None:
         words = log.read_text().split() if log.exists() else []
-        return [int(w) for w in words[:count]] if len(words) >= count and all(w.isdigit() for w in words[:count]) else None
+        return (
+            [int(w) for w in words[:count]] if len(words) >= count and all(w.isdigit() for w in words[:count]) else None
+        )
 
     return wait_for(read, 20, f"{count} pids in {log}")
 
@@ -152,7 +154,9 @@ def test_without_a_live_leader_only_marked_members_are_signalled(tmp_path: Path)
         ended = processes.stop(popen.pid, popen.pid, leader.create_time, "run:t", grace_s=2)
         assert ended.proven and unmarked in psutil.pids() and unmarked_proc.is_running()
         assert ended.signalled == [marked]
-        wait_for(lambda: not marked_proc.is_running() or marked_proc.status() == psutil.STATUS_ZOMBIE, 5, "marked member")
+        wait_for(
+            lambda: not marked_proc.is_running() or marked_proc.status() == psutil.STATUS_ZOMBIE, 5, "marked member"
+        )
     finally:
         for proc in (marked_proc, unmarked_proc):
             try:

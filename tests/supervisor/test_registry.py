@@ -22,8 +22,14 @@ from tests.metrics.rundirs import register, write_run
 def _record(run_id: str, created_at: float | None = None, state: RunState = RunState.STARTING) -> RunRecord:
     now = created_at or time.time()
     return RunRecord(
-        run_id=run_id, environment="arithmetic", backend="local", state=state,
-        created_at=now, updated_at=now, run_dir=f"/tmp/{run_id}", config_path=f"/tmp/{run_id}/run.yaml",
+        run_id=run_id,
+        environment="arithmetic",
+        backend="local",
+        state=state,
+        created_at=now,
+        updated_at=now,
+        run_dir=f"/tmp/{run_id}",
+        config_path=f"/tmp/{run_id}/run.yaml",
     )
 
 
@@ -38,7 +44,9 @@ def test_transitions_follow_the_state_machine(tmp_path: Path) -> None:
     run = reg.get_run("r1")
     assert run.state == RunState.FAILED and run.cause == "trainer died" and run.ended_at is not None
     assert [(e.state, e.cause) for e in reg.events("r1")] == [
-        ("starting", "created"), ("running", "ready"), ("failed", "trainer died"),
+        ("starting", "created"),
+        ("running", "ready"),
+        ("failed", "trainer died"),
     ]
 
 
@@ -53,7 +61,10 @@ def test_concurrent_end_transitions_have_one_winner(tmp_path: Path) -> None:
         barrier.wait()
         results.append(Registry(tmp_path / "state.db").transition("r1", state, f"by {state}"))
 
-    threads = [threading.Thread(target=end, args=(s,)) for s in [RunState.FAILED, RunState.COMPLETED, RunState.STOPPING] * 2 + [RunState.FAILED] * 2]
+    threads = [
+        threading.Thread(target=end, args=(s,))
+        for s in [RunState.FAILED, RunState.COMPLETED, RunState.STOPPING] * 2 + [RunState.FAILED] * 2
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -83,7 +94,8 @@ def test_processes_and_active_ports(tmp_path: Path) -> None:
     (proc,) = reg.processes("a")
     assert (proc.state, proc.pid, proc.exit_code, proc.port) == (ProcState.EXITED, 123, -9, 41002)
     assert [(e.subject, e.state, e.cause) for e in reg.events("a")][-2:] == [
-        ("trainer", "starting", None), ("trainer", "exited", "killed"),
+        ("trainer", "starting", None),
+        ("trainer", "exited", "killed"),
     ]
 
 
@@ -108,7 +120,7 @@ def test_first_openers_racing_on_a_fresh_file_all_get_a_working_registry(tmp_pat
             barrier.wait()
             try:
                 Registry(path).create_run(_record(f"run{i}"))
-            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=open_and_write, args=(i,)) for i in range(6)]
@@ -217,7 +229,7 @@ def test_rows_still_readable_in_a_damaged_state_db_are_kept(tmp_path: Path) -> N
     reg = registry_for(settings)
     reg.create_run(_record("only-in-db", state=RunState.STARTING))
     reg.set_process("only-in-db", "trainer", state=ProcState.RUNNING, pid=4242, create_time=5.0)
-    for i in range(400):  # history pages after the runs table's
+    for _ in range(400):  # history pages after the runs table's
         reg.record_event("only-in-db", "trainer", "noise", "x" * 200)
     db = sqlite3.connect(settings.state_db)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -240,7 +252,14 @@ def test_a_run_whose_supervisor_still_runs_is_rebuilt_as_running(tmp_path: Path)
     run_dir = write_run(settings, "going", 5, state=None)  # trainer phase "training", no row yet
     # A stand-in supervisor this test owns: its command line names the run dir like the real one.
     standin = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "mcp_rl.supervisor", "--run-dir", str(run_dir.resolve())],
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdin.read()",
+            "mcp_rl.supervisor",
+            "--run-dir",
+            str(run_dir.resolve()),
+        ],
         stdin=subprocess.PIPE,
     )
     try:

@@ -28,18 +28,32 @@ def registry(settings: Settings) -> Registry:
     return service.registry_for(settings)
 
 
-def _add_run(settings: Settings, registry: Registry, run_id: str, state: RunState = RunState.STARTING,
-             created_at: float | None = None, supervisor: processes.ProcessIdentity | None = None) -> Path:
+def _add_run(
+    settings: Settings,
+    registry: Registry,
+    run_id: str,
+    state: RunState = RunState.STARTING,
+    created_at: float | None = None,
+    supervisor: processes.ProcessIdentity | None = None,
+) -> Path:
     run_dir = settings.runs_dir / run_id
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
     now = created_at or time.time()
-    registry.create_run(RunRecord(
-        run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING, created_at=now,
-        updated_at=now, run_dir=str(run_dir), config_path=str(run_dir / "run.yaml"),
-        supervisor_pid=supervisor.pid if supervisor else None,
-        supervisor_create_time=supervisor.create_time if supervisor else None,
-    ))
+    registry.create_run(
+        RunRecord(
+            run_id=run_id,
+            environment="arithmetic",
+            backend="local",
+            state=RunState.STARTING,
+            created_at=now,
+            updated_at=now,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+            supervisor_pid=supervisor.pid if supervisor else None,
+            supervisor_create_time=supervisor.create_time if supervisor else None,
+        )
+    )
     if state in (RunState.RUNNING, RunState.COMPLETED):
         registry.transition(run_id, RunState.RUNNING, "ready")
     if state != RunState.RUNNING and state != RunState.STARTING:
@@ -86,7 +100,9 @@ def test_stopping_an_ended_run_is_a_no_op_that_says_so(settings: Settings, regis
     assert registry.get_run("done").state == RunState.COMPLETED
 
 
-def test_status_rate_limit_keeps_the_state_and_reports_an_end_at_once(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_status_rate_limit_keeps_the_state_and_reports_an_end_at_once(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     sup = _sleeper(tmp_path, "sup")
     try:
         run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
@@ -106,14 +122,22 @@ def test_status_rate_limit_keeps_the_state_and_reports_an_end_at_once(tmp_path: 
         processes.stop_group(sup.pid, sup.pgid, sup.create_time, 2)
 
 
-def test_status_is_fast_and_reads_only_the_end_of_the_metrics(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_status_is_fast_and_reads_only_the_end_of_the_metrics(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     sup = _sleeper(tmp_path, "sup")
     try:
         run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
         with open(run_dir / "metrics.jsonl", "w") as fh:
             for step in range(1, 20001):
-                fh.write(json.dumps({"step": step, "reward/mean": step / 1e5, "train/loss": 1.0, "pad": "x" * 200}) + "\n")
-        (run_dir / "trainer_status.json").write_text(json.dumps({"phase": "training", "step": 20000, "num_steps": 30000, "wandb_url": "https://wandb.ai/x/y/runs/z"}))
+                fh.write(
+                    json.dumps({"step": step, "reward/mean": step / 1e5, "train/loss": 1.0, "pad": "x" * 200}) + "\n"
+                )
+        (run_dir / "trainer_status.json").write_text(
+            json.dumps(
+                {"phase": "training", "step": 20000, "num_steps": 30000, "wandb_url": "https://wandb.ai/x/y/runs/z"}
+            )
+        )
         service.run_status(settings, "r1")
         started = time.perf_counter()
         status = service.run_status(settings, "r1")
@@ -137,12 +161,21 @@ def test_list_runs_newest_first_with_latest_reward(settings: Settings, registry:
     assert listing.runs[1].latest_reward is None
 
 
-def test_reconcile_fails_runs_whose_supervisor_died_and_ends_their_processes(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_reconcile_fails_runs_whose_supervisor_died_and_ends_their_processes(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "orphan", RunState.RUNNING, supervisor=dead)
     leftover = _sleeper(tmp_path, "trainer", _marker(settings, "orphan"))
-    registry.set_process("orphan", "trainer", state=ProcState.RUNNING, pid=leftover.pid, pgid=leftover.pgid, create_time=leftover.create_time)
+    registry.set_process(
+        "orphan",
+        "trainer",
+        state=ProcState.RUNNING,
+        pid=leftover.pid,
+        pgid=leftover.pgid,
+        create_time=leftover.create_time,
+    )
     alive_sup = _sleeper(tmp_path, "live-supervisor")
     try:
         _add_run(settings, registry, "healthy", RunState.RUNNING, supervisor=alive_sup)
@@ -160,13 +193,17 @@ def test_reconcile_fails_runs_whose_supervisor_died_and_ends_their_processes(tmp
         processes.stop_group(alive_sup.pid, alive_sup.pgid, alive_sup.create_time, 2)
 
 
-def test_stop_without_a_supervisor_ends_the_recorded_groups(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_stop_without_a_supervisor_ends_the_recorded_groups(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
     procs = {name: _sleeper(tmp_path, name, _marker(settings, "r1")) for name in ("api", "trainer", "env")}
     for name, ident in procs.items():
-        registry.set_process("r1", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time)
+        registry.set_process(
+            "r1", name, state=ProcState.RUNNING, pid=ident.pid, pgid=ident.pgid, create_time=ident.create_time
+        )
     result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2))
     assert result.was_running and result.status == RunState.STOPPED and result.processes_left == []
     assert all(not processes.is_alive(i.pid, i.create_time) for i in procs.values())
@@ -174,7 +211,11 @@ def test_stop_without_a_supervisor_ends_the_recorded_groups(tmp_path: Path, sett
     assert stopped == ["env", "trainer", "api"]
 
 
-STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)",
+]
 
 
 def test_status_of_a_run_whose_supervisor_died_is_failed_at_once_and_cleanup_follows(
@@ -187,7 +228,9 @@ def test_status_of_a_run_whose_supervisor_died_is_failed_at_once_and_cleanup_fol
     popen = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ), marker=_marker(settings, "r1"))
     wait_for(lambda: processes.identify(popen.pid), 5, "the stubborn trainer")
     trainer = processes.identify(popen.pid)
-    registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
+    registry.set_process(
+        "r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time
+    )
     started = time.perf_counter()
     status = service.run_status(settings, "r1")
     assert time.perf_counter() - started < 0.5  # the 3 s grace is not waited for here
@@ -195,7 +238,9 @@ def test_status_of_a_run_whose_supervisor_died_is_failed_at_once_and_cleanup_fol
     wait_for(lambda: popen.poll() is not None, 20, "the leftover trainer to be killed after its grace")
 
 
-def test_reconcile_ends_processes_left_alive_by_an_ended_run(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_reconcile_ends_processes_left_alive_by_an_ended_run(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "r1", RunState.FAILED, supervisor=dead)
@@ -218,7 +263,9 @@ def test_status_takes_accuracy_from_the_environment_metrics(settings: Settings, 
     assert metrics.reward_mean == 0.5  # the trainer's own value wins
 
 
-def test_stop_never_signals_a_process_it_cannot_prove_is_the_run_s(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_stop_never_signals_a_process_it_cannot_prove_is_the_run_s(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     """Issue 18.1: a row whose start time is missing (or whose process lacks the run's marker)
     once made stop SIGTERM/SIGKILL whatever held that pid, even init. Strangers the test starts
     (not its children, no marker) stand in for unrelated processes."""
@@ -227,12 +274,26 @@ def test_stop_never_signals_a_process_it_cannot_prove_is_the_run_s(tmp_path: Pat
     try:
         _add_run(settings, registry, "r1", RunState.RUNNING)
         registry.update_run("r1", supervisor_pid=strangers["supervisor"].pid, supervisor_create_time=None)
-        registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=strangers["trainer"].pid,
-                             pgid=strangers["trainer"].pid, create_time=None)
+        registry.set_process(
+            "r1",
+            "trainer",
+            state=ProcState.RUNNING,
+            pid=strangers["trainer"].pid,
+            pgid=strangers["trainer"].pid,
+            create_time=None,
+        )
         # Start time right, but no marker of the run: still not provably the run's.
-        registry.set_process("r1", "env", state=ProcState.RUNNING, pid=strangers["env"].pid,
-                             pgid=strangers["env"].pid, create_time=strangers["env"].create_time)
-        registry.set_process("r1", "api", state=ProcState.RUNNING, pid=api.pid, pgid=api.pgid, create_time=api.create_time)
+        registry.set_process(
+            "r1",
+            "env",
+            state=ProcState.RUNNING,
+            pid=strangers["env"].pid,
+            pgid=strangers["env"].pid,
+            create_time=strangers["env"].create_time,
+        )
+        registry.set_process(
+            "r1", "api", state=ProcState.RUNNING, pid=api.pid, pgid=api.pgid, create_time=api.create_time
+        )
         result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2))
         assert all(s.untouched() for s in strangers.values()), {n: s.signals() for n, s in strangers.items()}
         assert not processes.is_alive(api.pid, api.create_time)  # the run's own process was ended
@@ -249,22 +310,32 @@ def test_stop_never_signals_a_process_it_cannot_prove_is_the_run_s(tmp_path: Pat
         processes.stop_group(api.pid, api.pgid, api.create_time, 2)
 
 
-def test_reconcile_leaves_alone_a_recorded_pid_it_cannot_prove(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_reconcile_leaves_alone_a_recorded_pid_it_cannot_prove(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     stranger = Stranger(tmp_path)
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     try:
         _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
-        registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=stranger.pid, pgid=stranger.pid, create_time=None)
+        registry.set_process(
+            "r1", "trainer", state=ProcState.RUNNING, pid=stranger.pid, pgid=stranger.pid, create_time=None
+        )
         report = service.reconcile(settings, Policy(stop_grace_s=2, trainer_stop_grace_s=2))
         assert report.failed == ["r1"]
         assert stranger.untouched(), stranger.signals()
-        assert any(f"pid {stranger.pid} could not be proven" in e.cause for e in registry.events("r1") if e.state == "left alone")
+        assert any(
+            f"pid {stranger.pid} could not be proven" in e.cause
+            for e in registry.events("r1")
+            if e.state == "left alone"
+        )
     finally:
         stranger.close()
 
 
-def test_stop_continues_a_frozen_supervisor_and_answers_within_the_budget(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_stop_continues_a_frozen_supervisor_and_answers_within_the_budget(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     """Issue 18.4: stop on a SIGSTOPped supervisor blocked 206 s."""
     marker = _marker(settings, "r1")
     sup = _sleeper(tmp_path, "supervisor", marker)
@@ -272,12 +343,21 @@ def test_stop_continues_a_frozen_supervisor_and_answers_within_the_budget(tmp_pa
     os.kill(sup.pid, signal.SIGSTOP)
     try:
         _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
-        registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
+        registry.set_process(
+            "r1",
+            "trainer",
+            state=ProcState.RUNNING,
+            pid=trainer.pid,
+            pgid=trainer.pgid,
+            create_time=trainer.create_time,
+        )
         started = time.monotonic()
         result = service.stop_run(settings, "r1", Policy(stop_grace_s=2, trainer_stop_grace_s=2), budget_s=20)
         assert time.monotonic() - started < 20
         assert result.status == RunState.STOPPED and not result.in_progress and result.processes_left == []
-        assert not processes.is_alive(sup.pid, sup.create_time) and not processes.is_alive(trainer.pid, trainer.create_time)
+        assert not processes.is_alive(sup.pid, sup.create_time) and not processes.is_alive(
+            trainer.pid, trainer.create_time
+        )
     finally:
         for ident in (sup, trainer):
             processes.stop_group(ident.pid, ident.pgid, ident.create_time, 2)
@@ -292,7 +372,9 @@ def test_a_stop_that_does_not_fit_the_budget_continues_in_the_background_and_say
     _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
     popen = processes.spawn(STUBBORN, tmp_path / "trainer.log", dict(os.environ), marker=_marker(settings, "r1"))
     trainer = wait_for(lambda: processes.identify(popen.pid), 5, "the stubborn trainer")
-    registry.set_process("r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time)
+    registry.set_process(
+        "r1", "trainer", state=ProcState.RUNNING, pid=trainer.pid, pgid=trainer.pgid, create_time=trainer.create_time
+    )
     started = time.monotonic()
     result = service.stop_run(settings, "r1", budget_s=1.0)
     assert time.monotonic() - started < 1.5
@@ -304,11 +386,15 @@ def test_a_stop_that_does_not_fit_the_budget_continues_in_the_background_and_say
     assert status.status == RunState.STOPPED and "still being ended" not in status.message
 
 
-def test_a_left_alone_process_is_reported_once_however_often_it_is_met(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_a_left_alone_process_is_reported_once_however_often_it_is_met(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     stranger = Stranger(tmp_path)
     try:
         _add_run(settings, registry, "r1", RunState.FAILED, created_at=time.time() - 3600)
-        registry.set_process("r1", "env", state=ProcState.RUNNING, pid=stranger.pid, pgid=stranger.pid, create_time=None)
+        registry.set_process(
+            "r1", "env", state=ProcState.RUNNING, pid=stranger.pid, pgid=stranger.pid, create_time=None
+        )
         for _ in range(3):
             service.reconcile(settings, Policy(stop_grace_s=1, trainer_stop_grace_s=1))
         assert [e.subject for e in registry.events("r1") if e.state == "left alone"] == ["env"]
@@ -319,7 +405,9 @@ def test_a_left_alone_process_is_reported_once_however_often_it_is_met(tmp_path:
         stranger.close()
 
 
-def test_stopping_an_ended_run_ends_processes_it_left_alive(tmp_path: Path, settings: Settings, registry: Registry) -> None:
+def test_stopping_an_ended_run_ends_processes_it_left_alive(
+    tmp_path: Path, settings: Settings, registry: Registry
+) -> None:
     dead = _sleeper(tmp_path, "dead-supervisor")
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     _add_run(settings, registry, "r1", RunState.FAILED, supervisor=dead)

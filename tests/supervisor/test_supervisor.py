@@ -32,27 +32,72 @@ class Harness:
         self.api_port, self.inference_port = allocate_ports(2)
         now = time.time()
         self.registry.create_run(
-            RunRecord(run_id="r1", environment="t", backend="local", state=RunState.STARTING,
-                      created_at=now, updated_at=now, run_dir=str(tmp_path), config_path=str(tmp_path / "run.yaml"),
-                      api_port=self.api_port, inference_port=self.inference_port)
+            RunRecord(
+                run_id="r1",
+                environment="t",
+                backend="local",
+                state=RunState.STARTING,
+                created_at=now,
+                updated_at=now,
+                run_dir=str(tmp_path),
+                config_path=str(tmp_path / "run.yaml"),
+                api_port=self.api_port,
+                inference_port=self.inference_port,
+            )
         )
         env = dict(os.environ)
-        trainer_argv = [sys.executable, CHILD, "--port", str(self.inference_port), "--status", str(self.status),
-                        "--done-when", str(self.done)]
+        trainer_argv = [
+            sys.executable,
+            CHILD,
+            "--port",
+            str(self.inference_port),
+            "--status",
+            str(self.status),
+            "--done-when",
+            str(self.done),
+        ]
         for flag, value in trainer_flags.items():
             trainer_argv.append("--" + flag.replace("_", "-"))
             if value is not True:
                 trainer_argv.append(str(value))
         self.specs = [
-            ProcessSpec("api", [sys.executable, "-m", "atroposlib.cli.run_api", "--host", "127.0.0.1", "--port", str(self.api_port)],
-                        tmp_path / "logs/api.log", env, readiness.api_up(self.api_port), 60, "GET /status", port=self.api_port),
-            ProcessSpec("trainer", trainer_argv, tmp_path / "logs/trainer.log", env,
-                        readiness.trainer_serving(self.inference_port), 30, "GET /health", port=self.inference_port),
-            ProcessSpec("env", [sys.executable, CHILD, "--touch", str(self.env_touched)], tmp_path / "logs/env.log", env,
-                        self.env_touched.exists, 30, "touched its file"),
+            ProcessSpec(
+                "api",
+                [sys.executable, "-m", "atroposlib.cli.run_api", "--host", "127.0.0.1", "--port", str(self.api_port)],
+                tmp_path / "logs/api.log",
+                env,
+                readiness.api_up(self.api_port),
+                60,
+                "GET /status",
+                port=self.api_port,
+            ),
+            ProcessSpec(
+                "trainer",
+                trainer_argv,
+                tmp_path / "logs/trainer.log",
+                env,
+                readiness.trainer_serving(self.inference_port),
+                30,
+                "GET /health",
+                port=self.inference_port,
+            ),
+            ProcessSpec(
+                "env",
+                [sys.executable, CHILD, "--touch", str(self.env_touched)],
+                tmp_path / "logs/env.log",
+                env,
+                self.env_touched.exists,
+                30,
+                "touched its file",
+            ),
         ]
-        self.supervisor = RunSupervisor("r1", self.registry, self.specs, self.status,
-                                        policy or Policy(stop_grace_s=3, trainer_stop_grace_s=3, poll_s=0.1, api_probe_period_s=0.5))
+        self.supervisor = RunSupervisor(
+            "r1",
+            self.registry,
+            self.specs,
+            self.status,
+            policy or Policy(stop_grace_s=3, trainer_stop_grace_s=3, poll_s=0.1, api_probe_period_s=0.5),
+        )
         self.final: RunState | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -80,7 +125,9 @@ class Harness:
     def assert_nothing_left(self) -> None:
         for proc in self.registry.processes("r1"):
             if proc.pid:
-                assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE, proc
+                assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE, (
+                    proc
+                )
         assert port_is_free(self.api_port) and port_is_free(self.inference_port)
 
 
@@ -233,7 +280,11 @@ def test_stop_request_ends_everything_in_reverse_order(tmp_path: Path) -> None:
     stopped = [e.subject for e in h.registry.events("r1") if e.state == "stopped" and e.subject != "run"]
     assert stopped == ["trainer", "api"]  # the env had already exited on its own
     h.assert_nothing_left()
-    assert not any("while True" in " ".join(p.cmdline()) for p in psutil.process_iter() if _safe_ppid(p) == 1 and _in_dir(p, tmp_path))
+    assert not any(
+        "while True" in " ".join(p.cmdline())
+        for p in psutil.process_iter()
+        if _safe_ppid(p) == 1 and _in_dir(p, tmp_path)
+    )
 
 
 def _safe_ppid(p: psutil.Process) -> int:

@@ -41,9 +41,18 @@ def _completed_run(settings: Settings, run_id: str = "abc12345") -> Path:
         "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s}) + "\n" for s in (1, 2, 3))
     )
     now = time.time()
-    registry.create_run(RunRecord(run_id=run_id, environment="arithmetic", backend="local", state=RunState.STARTING,
-                                  created_at=now - 120, updated_at=now, run_dir=str(run_dir),
-                                  config_path=str(run_dir / "run.yaml")))
+    registry.create_run(
+        RunRecord(
+            run_id=run_id,
+            environment="arithmetic",
+            backend="local",
+            state=RunState.STARTING,
+            created_at=now - 120,
+            updated_at=now,
+            run_dir=str(run_dir),
+            config_path=str(run_dir / "run.yaml"),
+        )
+    )
     registry.transition(run_id, RunState.RUNNING, "all processes ready")
     registry.transition(run_id, RunState.COMPLETED, "trainer finished step 3 of 3")
     return run_dir
@@ -61,8 +70,15 @@ async def test_tool_surface_matches_the_original_with_honest_annotations(setting
     assert tools["rl_list_runs"].input_schema.get("required", []) == []
     for name in ("rl_start_training", "rl_check_status", "rl_stop_training", "rl_list_runs"):
         assert tools[name].output_schema is not None
-    start, check, stop, listing = (tools[n].annotations for n in ("rl_start_training", "rl_check_status", "rl_stop_training", "rl_list_runs"))
-    assert (start.read_only_hint, start.destructive_hint, start.idempotent_hint, start.open_world_hint) == (False, False, False, True)
+    start, check, stop, listing = (
+        tools[n].annotations for n in ("rl_start_training", "rl_check_status", "rl_stop_training", "rl_list_runs")
+    )
+    assert (start.read_only_hint, start.destructive_hint, start.idempotent_hint, start.open_world_hint) == (
+        False,
+        False,
+        False,
+        True,
+    )
     assert (stop.read_only_hint, stop.destructive_hint, stop.idempotent_hint) == (False, True, True)
     # Reading a run reconciles it (a dead supervisor's run is recorded as failed, its leftovers
     # ended): a write, never to a healthy run.
@@ -111,8 +127,14 @@ async def test_status_list_and_resources_of_a_recorded_run(settings, mode):
 async def test_bad_run_ids_and_process_names_are_not_found_never_paths(settings, mode):
     _completed_run(settings)
     async with Client(build_server(settings), mode=mode) as client:
-        for uri in ("rl://runs/nope", "rl://runs/nope/logs/env", "rl://runs/abc12345/logs/passwd",
-                    "rl://runs/../logs/env", "rl://runs/abc12345/logs/..%2F..%2Fstate.db", "rl://runs/nope/config"):
+        for uri in (
+            "rl://runs/nope",
+            "rl://runs/nope/logs/env",
+            "rl://runs/abc12345/logs/passwd",
+            "rl://runs/../logs/env",
+            "rl://runs/abc12345/logs/..%2F..%2Fstate.db",
+            "rl://runs/nope/config",
+        ):
             with pytest.raises(MCPError) as info:
                 await client.read_resource(uri)
             assert info.value.error.code == -32602, uri

@@ -80,20 +80,23 @@ def arithmetic_run_config(
     env.update(env_overrides or {})
     config = RunConfig(
         run_id=run_id,
-        environment=EnvironmentRef(name="arithmetic", class_name="ArithmeticEnv", file_path=ARITHMETIC,
-                                   project_root=ARITHMETIC.parent),
+        environment=EnvironmentRef(
+            name="arithmetic", class_name="ArithmeticEnv", file_path=ARITHMETIC, project_root=ARITHMETIC.parent
+        ),
         paths=RunPaths.for_run(run_dir),
         env=env,
-        openai=[{
-            "model_name": model,
-            "tokenizer_name": model,
-            "base_url": "http://127.0.0.1:1/v1",
-            "api_key": "x",
-            "server_type": "sglang",
-            "health_check": False,
-            "timeout": 600,
-            "num_requests_for_eval": 16,
-        }],
+        openai=[
+            {
+                "model_name": model,
+                "tokenizer_name": model,
+                "base_url": "http://127.0.0.1:1/v1",
+                "api_key": "x",
+                "server_type": "sglang",
+                "health_check": False,
+                "timeout": 600,
+                "num_requests_for_eval": 16,
+            }
+        ],
         trainer=TrainerSettings(
             backend="local",
             base_model=model,
@@ -146,22 +149,31 @@ class Proc:
 
 def child_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "MCP_RL_HOME": str(home),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "WANDB_MODE": "disabled",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "MCP_RL_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "WANDB_MODE": "disabled",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
 def start(name: str, argv: list[str], log: Path, env: dict[str, str], cwd: Path) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                 env=env, cwd=str(cwd), start_new_session=True)
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(cwd),
+            start_new_session=True,
+        )
     return Proc(name, popen, log)
 
 
@@ -174,7 +186,9 @@ def wait_until(check: Any, deadline_s: float, what: str, procs: list[Proc], inte
             return value
         for proc in procs:
             if not proc.alive():
-                raise AssertionError(f"{proc.name} exited ({proc.popen.returncode}) while waiting for {what}:\n{proc.tail()}")
+                raise AssertionError(
+                    f"{proc.name} exited ({proc.popen.returncode}) while waiting for {what}:\n{proc.tail()}"
+                )
         if time.monotonic() > end:
             tails = "\n".join(f"--- {p.name}\n{p.tail()}" for p in procs)
             raise AssertionError(f"{what} not reached in {deadline_s:.0f} s\n{tails}")
@@ -214,23 +228,42 @@ class LocalRun:
 
     def start_api(self) -> Proc:
         env = child_env(self.home)
-        proc = start("api", [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(self.config.ports.api)],
-                     self.log("api"), env, self.config.paths.run_dir)
+        proc = start(
+            "api",
+            [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(self.config.ports.api)],
+            self.log("api"),
+            env,
+            self.config.paths.run_dir,
+        )
         self.procs["api"] = proc
         wait_until(lambda: http_ok(f"http://127.0.0.1:{self.config.ports.api}/status"), 60, "run-api /status", [proc])
         return proc
 
     def start_trainer(self) -> Proc:
-        proc = start("trainer", [sys.executable, "-m", "mcp_rl.trainer", "--config", str(self.run_yaml)],
-                     self.log("trainer"), child_env(self.home), self.config.paths.run_dir)
+        proc = start(
+            "trainer",
+            [sys.executable, "-m", "mcp_rl.trainer", "--config", str(self.run_yaml)],
+            self.log("trainer"),
+            child_env(self.home),
+            self.config.paths.run_dir,
+        )
         self.procs["trainer"] = proc
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{self.config.ports.inference}/health"), 180,
-                   "trainer inference /health", [proc])
+        wait_until(
+            lambda: http_ok(f"http://127.0.0.1:{self.config.ports.inference}/health"),
+            180,
+            "trainer inference /health",
+            [proc],
+        )
         return proc
 
     def start_env(self) -> Proc:
-        proc = start("env", [sys.executable, str(ARITHMETIC), "serve", "--config", str(self.run_yaml)],
-                     self.log("env"), child_env(self.home), self.config.paths.run_dir)
+        proc = start(
+            "env",
+            [sys.executable, str(ARITHMETIC), "serve", "--config", str(self.run_yaml)],
+            self.log("env"),
+            child_env(self.home),
+            self.config.paths.run_dir,
+        )
         self.procs["env"] = proc
         return proc
 

@@ -38,8 +38,17 @@ def test_other_operators() -> None:
 
 @pytest.mark.parametrize(
     ("text", "score"),
-    [("12", 1.0), (" 12 ", 1.0), ("12.", 1.0), ("13", 0.0), ("12 apples", 0.0), ("The answer is 12", 0.0),
-     ("", 0.0), ("1 2", 0.0), ("-12", 0.0)],
+    [
+        ("12", 1.0),
+        (" 12 ", 1.0),
+        ("12.", 1.0),
+        ("13", 0.0),
+        ("12 apples", 0.0),
+        ("The answer is 12", 0.0),
+        ("", 0.0),
+        ("1 2", 0.0),
+        ("-12", 0.0),
+    ],
 )
 def test_verifier_is_exact(text: str, score: float) -> None:
     assert arith.score_answer(text, 12) == score
@@ -49,7 +58,9 @@ def test_prompt_is_a_short_few_shot_chat() -> None:
     messages = arith.build_messages({"a": 2, "op": "+", "b": 5, "answer": 7})
     assert messages[0]["role"] == "system" and messages[-1] == {"role": "user", "content": "2 + 5"}
     assert [m["role"] for m in messages[1:5]] == ["user", "assistant", "user", "assistant"]
-    assert arith.build_messages({"a": 2, "op": "+", "b": 5}, few_shot=False)[1:] == [{"role": "user", "content": "2 + 5"}]
+    assert arith.build_messages({"a": 2, "op": "+", "b": 5}, few_shot=False)[1:] == [
+        {"role": "user", "content": "2 + 5"}
+    ]
 
 
 @pytest.mark.slow
@@ -57,18 +68,46 @@ def test_process_mode_against_an_openai_type_server(tmp_path: Path) -> None:
     model = os.environ["MCP_RL_MODEL"]
     port = free_port()
     env = child_env(tmp_path)
-    server = start("model", [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", model, "--port", str(port)],
-                   tmp_path / "model.log", env, tmp_path)
+    server = start(
+        "model",
+        [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", model, "--port", str(port)],
+        tmp_path / "model.log",
+        env,
+        tmp_path,
+    )
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", [server])
         out = tmp_path / "groups.jsonl"
         result = subprocess.run(
-            [sys.executable, str(ARITHMETIC), "process", "--env.total_steps", "2", "--env.group_size", "4",
-             "--env.use_wandb", "false", "--env.data_path_to_save_groups", str(out),
-             "--env.tokenizer_name", model, "--openai.base_url", f"http://127.0.0.1:{port}/v1",
-             "--openai.model_name", "default", "--openai.server_type", "openai", "--openai.health_check", "false"],
-            env={**env, "OPENAI_API_KEY": "x"}, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,
-            text=True, timeout=600,
+            [
+                sys.executable,
+                str(ARITHMETIC),
+                "process",
+                "--env.total_steps",
+                "2",
+                "--env.group_size",
+                "4",
+                "--env.use_wandb",
+                "false",
+                "--env.data_path_to_save_groups",
+                str(out),
+                "--env.tokenizer_name",
+                model,
+                "--openai.base_url",
+                f"http://127.0.0.1:{port}/v1",
+                "--openai.model_name",
+                "default",
+                "--openai.server_type",
+                "openai",
+                "--openai.health_check",
+                "false",
+            ],
+            env={**env, "OPENAI_API_KEY": "x"},
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert result.returncode == 0, result.stderr[-3000:]
         groups = [json.loads(line) for line in out.read_text().splitlines()]

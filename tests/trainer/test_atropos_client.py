@@ -16,8 +16,13 @@ from tests.trainer.run_harness import Proc, child_env, free_port, http_ok, start
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    proc: Proc = start("api", [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(port)],
-                       tmp_path / "api.log", child_env(tmp_path), tmp_path)
+    proc: Proc = start(
+        "api",
+        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(port)],
+        tmp_path / "api.log",
+        child_env(tmp_path),
+        tmp_path,
+    )
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/status"), 60, "run-api", [proc])
         yield f"http://127.0.0.1:{port}"
@@ -25,8 +30,16 @@ def api(tmp_path: Path) -> Iterator[str]:
         proc.stop()
 
 
-REGISTRATION = {"wandb_group": "g", "wandb_project": "p", "batch_size": 2, "max_token_len": 64,
-                "checkpoint_dir": "/tmp/x", "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 3}
+REGISTRATION = {
+    "wandb_group": "g",
+    "wandb_project": "p",
+    "batch_size": 2,
+    "max_token_len": 64,
+    "checkpoint_dir": "/tmp/x",
+    "save_checkpoint_interval": 0,
+    "starting_step": 0,
+    "num_steps": 3,
+}
 
 
 def _group(score: float) -> dict:

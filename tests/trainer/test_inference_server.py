@@ -20,8 +20,13 @@ pytestmark = pytest.mark.slow
 def server(tmp_path_factory: pytest.TempPathFactory, default_model: Path) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("model")
     port = free_port()
-    proc = start("model", [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(default_model),
-                           "--port", str(port)], tmp / "model.log", child_env(tmp), tmp)
+    proc = start(
+        "model",
+        [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(default_model), "--port", str(port)],
+        tmp / "model.log",
+        child_env(tmp),
+        tmp,
+    )
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", [proc])
         yield f"http://127.0.0.1:{port}"
@@ -33,8 +38,15 @@ def sglang_config(url: str):
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
     model = os.environ["MCP_RL_MODEL"]
-    return APIServerConfig(model_name=model, tokenizer_name=model, base_url=f"{url}/v1", api_key="x",
-                           server_type="sglang", health_check=False, timeout=120)
+    return APIServerConfig(
+        model_name=model,
+        tokenizer_name=model,
+        base_url=f"{url}/v1",
+        api_key="x",
+        server_type="sglang",
+        health_check=False,
+        timeout=120,
+    )
 
 
 @pytest.mark.anyio
@@ -44,7 +56,8 @@ async def test_sglang_server_type_gets_tokens_and_logprobs(server: str) -> None:
     client = SGLangServer(sglang_config(server))
     prompt = client.tokenizer.encode("2 + 2 =", add_special_tokens=False)
     prompt_tokens, outputs, logprobs, finish = await client.tokens_and_logprobs_completion(
-        input_ids=prompt, n=3, max_tokens=6, temperature=1.0)
+        input_ids=prompt, n=3, max_tokens=6, temperature=1.0
+    )
     assert prompt_tokens == prompt
     assert len(outputs) == len(logprobs) == len(finish) == 3
     for out, lps in zip(outputs, logprobs, strict=True):
@@ -71,8 +84,9 @@ def test_openai_sdk_chat_and_completions(server: str) -> None:
     import openai
 
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="x")
-    chat = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "2 + 3"}],
-                                          n=2, max_tokens=8, logprobs=True)
+    chat = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "2 + 3"}], n=2, max_tokens=8, logprobs=True
+    )
     assert len(chat.choices) == 2 and chat.model == "default"
     assert chat.usage is not None and chat.usage.completion_tokens > 0
     first = chat.choices[0]
@@ -84,8 +98,11 @@ def test_openai_sdk_chat_and_completions(server: str) -> None:
 
 
 def test_greedy_is_deterministic_and_max_tokens_holds(server: str) -> None:
-    body = {"input_ids": [1, 4093, 198, 17, 1232, 216, 18, 2, 198, 1, 520, 9531, 198],
-            "sampling_params": {"max_new_tokens": 5, "temperature": 0}, "return_logprob": True}
+    body = {
+        "input_ids": [1, 4093, 198, 17, 1232, 216, 18, 2, 198, 1, 520, 9531, 198],
+        "sampling_params": {"max_new_tokens": 5, "temperature": 0},
+        "return_logprob": True,
+    }
     a = httpx.post(f"{server}/generate", json=body, timeout=60).json()
     b = httpx.post(f"{server}/generate", json=body, timeout=60).json()
     assert a["output_ids"] == b["output_ids"] and 1 <= len(a["output_ids"]) <= 5
@@ -101,8 +118,21 @@ def test_bad_requests_are_400_not_500(server: str) -> None:
 def test_unknown_model_folder_is_a_clear_error(tmp_path: Path) -> None:
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(tmp_path / "nope"),
-                             "--port", str(free_port())], env=child_env(tmp_path), capture_output=True, text=True,
-                            timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcp_rl.trainer.serve_model",
+            "--model",
+            str(tmp_path / "nope"),
+            "--port",
+            str(free_port()),
+        ],
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2
     assert "not a local Hugging Face model folder" in result.stderr

@@ -18,13 +18,24 @@ def model_dir() -> Path:
     return Path(os.environ["MCP_RL_MODEL"])
 
 
-REQUIRED_METRICS = ("step", "time", "train/loss", "reward/mean", "advantages/mean", "advantages/std",
-                    "logprobs/mean", "logprobs/diff", "tokens", "time/step_seconds")
+REQUIRED_METRICS = (
+    "step",
+    "time",
+    "train/loss",
+    "reward/mean",
+    "advantages/mean",
+    "advantages/std",
+    "logprobs/mean",
+    "logprobs/diff",
+    "tokens",
+    "time/step_seconds",
+)
 
 
 def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -> None:
-    config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=3, batch_size=8, group_size=4,
-                                   save_checkpoint_interval=2)
+    config = arithmetic_run_config(
+        tmp_path / "run", model_dir(), num_steps=3, batch_size=8, group_size=4, save_checkpoint_interval=2
+    )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
         assert run.wait_trainer_exit(600) == 0, run.procs["trainer"].tail()
@@ -50,12 +61,14 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
 
 
 def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path) -> None:
-    config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=50, batch_size=8, group_size=4,
-                                   api_unreachable_timeout_s=5)
+    config = arithmetic_run_config(
+        tmp_path / "run", model_dir(), num_steps=50, batch_size=8, group_size=4, api_unreachable_timeout_s=5
+    )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
-        wait_until(lambda: len(run.metrics()) >= 1, 300, "the first training step",
-                   [run.procs["trainer"], run.procs["api"]])
+        wait_until(
+            lambda: len(run.metrics()) >= 1, 300, "the first training step", [run.procs["trainer"], run.procs["api"]]
+        )
         # The heartbeat keeps coming between steps too (the supervisor detects hangs from it).
         seen = run.status()["heartbeat"]
         wait_until(lambda: run.status().get("heartbeat", 0) > seen, 5, "a fresh heartbeat", [run.procs["trainer"]])
@@ -74,8 +87,9 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
     config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=4, batch_size=8, group_size=4)
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
-        wait_until(lambda: len(run.metrics()) >= 1, 300, "the first training step",
-                   [run.procs["trainer"], run.procs["api"]])
+        wait_until(
+            lambda: len(run.metrics()) >= 1, 300, "the first training step", [run.procs["trainer"], run.procs["api"]]
+        )
         run.procs["trainer"].signal_group(signal.SIGTERM)
         assert run.wait_trainer_exit(120) == 0, run.procs["trainer"].tail()
         stopped = run.status()
@@ -100,4 +114,3 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
     assert status["resume_state"] == [c for c in run.checkpoints() if c["kind"] == "state"][-1]["path"]
     assert f"resuming from {state['path']} (step {last})" in log
     assert f"starting_step={last}" in log
-

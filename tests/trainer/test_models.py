@@ -63,8 +63,17 @@ def test_the_shared_default_is_a_standard_folder(model_dir: Path) -> None:
 def test_concurrent_ensure_converts_once(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MCP_RL_MODEL"}
     env.update(MCP_RL_HOME=str(tmp_path), HF_HUB_OFFLINE="1")
-    procs = [subprocess.Popen([sys.executable, "-m", "mcp_rl.models", "ensure"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mcp_rl.models", "ensure"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=900) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
     paths = {o[0].strip() for o in outs}

@@ -71,8 +71,11 @@ def test_a_weight_change_invalidates_every_cached_prompt(backend):
     seq = prompt + before.tokens
     trained = [False] * (len(prompt) - 1) + [True] * len(before.tokens)
     example = TrainingExample(
-        input_tokens=seq[:-1], target_tokens=seq[1:], advantages=[1.0 if t else 0.0 for t in trained],
-        sampling_logprobs=None, trained=trained,
+        input_tokens=seq[:-1],
+        target_tokens=seq[1:],
+        advantages=[1.0 if t else 0.0 for t in trained],
+        sampling_logprobs=None,
+        trained=trained,
     )
     backend.forward_backward([example])
     backend.optim_step(AdamParams(learning_rate=1e-2))
@@ -92,9 +95,8 @@ def test_the_cache_keeps_to_its_token_budget_least_recently_used_first():
     a, b = list(range(60)), list(range(100, 150))
 
     def kv(n: int):
-        from transformers.cache_utils import DynamicCache
-
         import torch
+        from transformers.cache_utils import DynamicCache
 
         c = DynamicCache()
         c.update(torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2), 0)

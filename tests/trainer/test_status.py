@@ -18,8 +18,18 @@ def test_records_have_the_brief_formats(tmp_path: Path) -> None:
         rec.update(phase=phase)
     rec.update(step=1)
     status = json.loads(paths.trainer_status.read_text())
-    assert set(status) == {"phase", "step", "num_steps", "heartbeat", "pid", "final_weights", "resume_state",
-                           "error", "wandb_url", "model_wait_s"}
+    assert set(status) == {
+        "phase",
+        "step",
+        "num_steps",
+        "heartbeat",
+        "pid",
+        "final_weights",
+        "resume_state",
+        "error",
+        "wandb_url",
+        "model_wait_s",
+    }
     assert status["phase"] == "training" and status["num_steps"] == 5 and status["heartbeat"] > 0
 
     rec.metrics(1, {"train/loss": 0.5, "reward/mean": float("nan")})
@@ -63,7 +73,15 @@ def test_the_recorder_refuses_what_the_trainer_never_does(tmp_path: Path) -> Non
     with pytest.raises(ValueError):
         rec.update(step="three")
     assert paths.trainer_status.read_text() == written and rec.status.phase == TrainerPhase.LOADING_MODEL
-    for phase in ("waiting_for_model", "waiting_for_model", "loading_model", "waiting_for_batch", "training", "saving", "done"):
+    for phase in (
+        "waiting_for_model",
+        "waiting_for_model",
+        "loading_model",
+        "waiting_for_batch",
+        "training",
+        "saving",
+        "done",
+    ):
         rec.update(phase=phase)
     with pytest.raises(IllegalPhaseChange):
         rec.update(phase="failed")  # an ended trainer never changes phase

@@ -55,12 +55,18 @@ def make_backend(server: TinkerServer, *, api_key: str = API_KEY, rank: int = 16
     return TinkerBackend(service, base_model=MODEL, lora_rank=rank, **kwargs)
 
 
-def example(input_tokens: list[int], advantage: float, logprobs: list[float] | None, prompt: int = 1) -> TrainingExample:
+def example(
+    input_tokens: list[int], advantage: float, logprobs: list[float] | None, prompt: int = 1
+) -> TrainingExample:
     n = len(input_tokens)
     trained = [t >= prompt for t in range(n)]
-    return TrainingExample(input_tokens=input_tokens, target_tokens=[t + 1 for t in input_tokens],
-                           advantages=[advantage if k else 0.0 for k in trained],
-                           sampling_logprobs=logprobs, trained=trained)
+    return TrainingExample(
+        input_tokens=input_tokens,
+        target_tokens=[t + 1 for t in input_tokens],
+        advantages=[advantage if k else 0.0 for k in trained],
+        sampling_logprobs=logprobs,
+        trained=trained,
+    )
 
 
 def test_setup_creates_one_lora_model_and_samples_from_ephemeral_weights(tokenizer_dir: str) -> None:
@@ -96,14 +102,18 @@ def test_a_step_submits_forward_backward_optim_and_sampler_weights_in_one_cycle(
         backend = make_backend(server)
         backend.prepare()
         batch = [example([5, 6, 7], 1.0, [-0.5, -0.3, -0.2]), example([5, 6, 8], -1.0, [-0.5, -0.4, -0.1])]
-        result, sampler_path = backend.train_step(batch, AdamParams(learning_rate=3e-5, beta1=0.8, beta2=0.9, eps=1e-7), 1)
+        result, sampler_path = backend.train_step(
+            batch, AdamParams(learning_rate=3e-5, beta1=0.8, beta2=0.9, eps=1e-7), 1
+        )
         wire = server.wire
         fwd_bwd, optim = wire.forward_backward[-1], wire.optim_steps[-1]
         # optim_step reached the service before the client had forward_backward's result...
         assert fwd_bwd["request_id"] in optim["undelivered_fwd_bwd"]
         # ...and both, with the next sampler weights, finished in the same clock cycle.
         ephemeral = [s for s in wire.saves if s["kind"] == "ephemeral"][-1]
-        assert wire.tick_of(fwd_bwd["ready_at"]) == wire.tick_of(optim["ready_at"]) == wire.tick_of(ephemeral["ready_at"])
+        assert (
+            wire.tick_of(fwd_bwd["ready_at"]) == wire.tick_of(optim["ready_at"]) == wire.tick_of(ephemeral["ready_at"])
+        )
         assert fwd_bwd["loss_fn"] == LOSS_FN == "importance_sampling"
         adam = optim["params"]
         assert (adam["learning_rate"], adam["beta1"], adam["beta2"], adam["eps"]) == (3e-5, 0.8, 0.9, 1e-7)
@@ -153,7 +163,9 @@ def test_without_sampler_logprobs_the_ratio_is_1_and_the_loss_is_the_local_backe
         backend.close("success")
 
 
-def test_only_interval_checkpoints_are_persistent_and_they_expire_but_the_final_one_does_not(tokenizer_dir: str) -> None:
+def test_only_interval_checkpoints_are_persistent_and_they_expire_but_the_final_one_does_not(
+    tokenizer_dir: str,
+) -> None:
     with serve(tokenizer_dir) as server:
         backend = make_backend(server, checkpoint_ttl_s=7200)
         backend.prepare()
@@ -162,8 +174,12 @@ def test_only_interval_checkpoints_are_persistent_and_they_expire_but_the_final_
         state, weights = backend.save_checkpoint("step_000002", final=False)
         final_state, final_weights = backend.save_checkpoint("step_000003", final=True)
         named = [(s["kind"], s["name"], s["ttl_seconds"]) for s in server.wire.saves if s["kind"] != "ephemeral"]
-        assert named == [("state", "step_000002", 7200), ("sampler", "step_000002", 7200),
-                         ("state", "step_000003", None), ("sampler", "step_000003", None)]
+        assert named == [
+            ("state", "step_000002", 7200),
+            ("sampler", "step_000002", 7200),
+            ("state", "step_000003", None),
+            ("sampler", "step_000003", None),
+        ]
         assert state.endswith("/weights/step_000002") and weights.endswith("/sampler_weights/step_000002")
         assert final_state.startswith("tinker://") and final_weights.endswith("/sampler_weights/step_000003")
         backend.close("success")
@@ -185,7 +201,9 @@ def test_resume_loads_the_state_with_its_optimizer_and_creates_nothing_else(toke
         assert [s["kind"] for s in wire.saves[saves:]] == ["ephemeral"]  # no step_000000
         resumed.close("success")
         assert [(s["finished"], s["detail"]) for s in wire.sessions.values()] == [
-            ("interrupted", "stopped by SIGTERM"), ("success", None)]
+            ("interrupted", "stopped by SIGTERM"),
+            ("success", None),
+        ]
 
 
 def test_a_refused_session_finish_is_only_a_warning(tokenizer_dir: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -198,7 +216,9 @@ def test_a_refused_session_finish_is_only_a_warning(tokenizer_dir: str, caplog: 
         assert "did not record the end of the session" in caplog.text
 
 
-def test_model_creation_has_a_deadline_and_reports_the_wait(tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_creation_has_a_deadline_and_reports_the_wait(
+    tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tinker_backend, "WAIT_REPORT_S", 0.2)
     with serve(tokenizer_dir, create_model_s=30) as server:
         backend = make_backend(server, create_timeout_s=1.0)
@@ -246,17 +266,33 @@ def _tinker_config(tmp_path: Path, tokenizer_dir: str, **kwargs):
 
 
 @pytest.mark.anyio
-async def test_trainer_run_on_the_wire_records_saved_paths_and_finishes_the_session(tmp_path: Path, tokenizer_dir: str) -> None:
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=3, batch_size=4, group_size=2,
-                            save_checkpoint_interval=2, run_id="tinkerwire")
+async def test_trainer_run_on_the_wire_records_saved_paths_and_finishes_the_session(
+    tmp_path: Path, tokenizer_dir: str
+) -> None:
+    config = _tinker_config(
+        tmp_path,
+        tokenizer_dir,
+        num_steps=3,
+        batch_size=4,
+        group_size=2,
+        save_checkpoint_interval=2,
+        run_id="tinkerwire",
+    )
     api_url = f"http://127.0.0.1:{config.ports.api}"
-    api = start("api", [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-                tmp_path / "api.log", child_env(tmp_path), tmp_path)
+    api = start(
+        "api",
+        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
+        tmp_path / "api.log",
+        child_env(tmp_path),
+        tmp_path,
+    )
     try:
         with serve(tokenizer_dir) as server:
             wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
             settings = Settings.from_env({**child_env(tmp_path), "MCP_RL_TINKER_CHECKPOINT_TTL": "86400"})
-            trainer = Trainer(config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s))
+            trainer = Trainer(
+                config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s)
+            )
             task = asyncio.create_task(trainer.run())
             await _wait_registered(api_url, task)
             async with httpx.AsyncClient() as http:
@@ -270,10 +306,18 @@ async def test_trainer_run_on_the_wire_records_saved_paths_and_finishes_the_sess
         records = [json.loads(x) for x in config.paths.checkpoints_index.read_text().splitlines()]
         # Per-step sampler weights are ephemeral: only the interval and final checkpoints are recorded.
         assert [(r["kind"], r["step"], r["final"]) for r in records] == [
-            ("state", 2, False), ("sampler", 2, False), ("state", 3, True), ("sampler", 3, True)]
+            ("state", 2, False),
+            ("sampler", 2, False),
+            ("state", 3, True),
+            ("sampler", 3, True),
+        ]
         saved = {s["path"]: s["ttl_seconds"] for s in wire.saves if s["kind"] != "ephemeral"}
         assert {r["path"]: saved[r["path"]] for r in records} == {
-            records[0]["path"]: 86400, records[1]["path"]: 86400, records[2]["path"]: None, records[3]["path"]: None}
+            records[0]["path"]: 86400,
+            records[1]["path"]: 86400,
+            records[2]["path"]: None,
+            records[3]["path"]: None,
+        }
         assert status["final_weights"] == records[3]["path"]
         lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
         assert [m["step"] for m in lines] == [1, 2, 3]
@@ -304,7 +348,9 @@ async def test_a_failed_run_finishes_the_session_as_errored(tmp_path: Path, toke
     with serve(tokenizer_dir) as server:
         settings = Settings.from_env(child_env(tmp_path))
         # No Atropos API is listening: registering fails after the model was created.
-        config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})})
+        config = config.model_copy(
+            update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})}
+        )
         trainer = Trainer(config, settings, lambda c, s: make_backend(server))
         assert await asyncio.wait_for(trainer.run(), 60) == 1
         sessions = list(server.wire.sessions.values())
@@ -312,7 +358,9 @@ async def test_a_failed_run_finishes_the_session_as_errored(tmp_path: Path, toke
 
 
 @pytest.mark.anyio
-async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path, tokenizer_dir: str, monkeypatch) -> None:
+async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(
+    tmp_path: Path, tokenizer_dir: str, monkeypatch
+) -> None:
     """W&B is optional: offline mode (no key, no network) records the trainer's metrics."""
     import wandb
 
@@ -324,12 +372,18 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path
     monkeypatch.setenv("WANDB_SILENT", "true")
     (tmp_path / "wandb").mkdir()
     config = _tinker_config(tmp_path, tokenizer_dir, num_steps=1, batch_size=2, group_size=2, run_id="wandbrun")
-    trainer_settings = config.trainer.model_copy(update={
-        "wandb": config.trainer.wandb.model_copy(update={"enabled": True, "project": "p"})})
+    trainer_settings = config.trainer.model_copy(
+        update={"wandb": config.trainer.wandb.model_copy(update={"enabled": True, "project": "p"})}
+    )
     config = config.model_copy(update={"trainer": trainer_settings})
     api_url = f"http://127.0.0.1:{config.ports.api}"
-    api = start("api", [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-                tmp_path / "api.log", child_env(tmp_path), tmp_path)
+    api = start(
+        "api",
+        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
+        tmp_path / "api.log",
+        child_env(tmp_path),
+        tmp_path,
+    )
     try:
         with serve(tokenizer_dir) as server:
             wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
@@ -351,8 +405,9 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(tmp_path: Path
 
 
 @pytest.mark.anyio
-async def test_a_queued_model_creation_shows_in_the_trainer_status(tmp_path: Path, tokenizer_dir: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_queued_model_creation_shows_in_the_trainer_status(
+    tmp_path: Path, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tinker_backend, "WAIT_REPORT_S", 0.1)
     config = _tinker_config(tmp_path, tokenizer_dir, num_steps=1, batch_size=2, group_size=2, run_id="tinkerqueue")
     config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})})

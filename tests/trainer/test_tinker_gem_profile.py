@@ -10,12 +10,24 @@ from mcp_rl.environments.bundled.gem_env import GemEnvConfig, resolve_profile
 
 def test_a_hub_model_gets_the_tinker_recipe(tmp_path: Path) -> None:
     c = resolve_profile(GemEnvConfig(tokenizer_name="Qwen/Qwen3-8B"))
-    assert (c.profile, c.template, c.max_tokens_per_turn, c.num_envs, c.max_turns) == ("tinker", "qwen3_game", 1024, 64, None)
+    assert (c.profile, c.template, c.max_tokens_per_turn, c.num_envs, c.max_turns) == (
+        "tinker",
+        "qwen3_game",
+        1024,
+        64,
+        None,
+    )
 
 
 def test_a_local_model_folder_keeps_the_cpu_sized_values(tmp_path: Path) -> None:
     c = resolve_profile(GemEnvConfig(tokenizer_name=str(tmp_path)))
-    assert (c.profile, c.template, c.max_tokens_per_turn, c.num_envs, c.max_turns) == ("local", "qwen3_game_prefill", 16, 4, 10)
+    assert (c.profile, c.template, c.max_tokens_per_turn, c.num_envs, c.max_turns) == (
+        "local",
+        "qwen3_game_prefill",
+        16,
+        4,
+        10,
+    )
 
 
 def test_set_fields_and_an_explicit_profile_win(tmp_path: Path) -> None:

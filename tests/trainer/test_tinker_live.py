@@ -44,8 +44,9 @@ def test_one_real_tinker_step_with_expiring_checkpoints_and_a_finished_session(m
     rest = tinker.RestClient(api_key=key)
     models = [m.model_name for m in rest.get_server_capabilities().result(timeout=60).supported_models if m.model_name]
     model = _smallest(models)
-    backend = TinkerBackend(tinker.ServiceClient(api_key=key), base_model=model, lora_rank=8,
-                            checkpoint_ttl_s=TTL_S, create_timeout_s=900)
+    backend = TinkerBackend(
+        tinker.ServiceClient(api_key=key), base_model=model, lora_rank=8, checkpoint_ttl_s=TTL_S, create_timeout_s=900
+    )
     try:
         backend.prepare()
         prompt = backend.tokenizer.encode("Count: 1, 2, 3,", add_special_tokens=False)
@@ -55,10 +56,15 @@ def test_one_real_tinker_step_with_expiring_checkpoints_and_a_finished_session(m
         for seq, advantage in zip(seqs, (1.0, -1.0), strict=True):
             full = prompt + seq.tokens
             trained = [t >= len(prompt) - 1 for t in range(len(full) - 1)]
-            examples.append(TrainingExample(
-                input_tokens=full[:-1], target_tokens=full[1:], trained=trained,
-                advantages=[advantage if k else 0.0 for k in trained],
-                sampling_logprobs=[0.0] * (len(prompt) - 1) + seq.logprobs))
+            examples.append(
+                TrainingExample(
+                    input_tokens=full[:-1],
+                    target_tokens=full[1:],
+                    trained=trained,
+                    advantages=[advantage if k else 0.0 for k in trained],
+                    sampling_logprobs=[0.0] * (len(prompt) - 1) + seq.logprobs,
+                )
+            )
         result, _ = backend.train_step(examples, AdamParams(learning_rate=1e-5), 1)
         assert all(len(lp) == len(e.target_tokens) for lp, e in zip(result.training_logprobs, examples, strict=True))
         state, weights = backend.save_checkpoint("step_000001", final=False)
@@ -83,13 +89,20 @@ async def test_wandb_log_then_lookup_of_a_fresh_group(tmp_path: Path, monkeypatc
     monkeypatch.setenv("WANDB_SILENT", "true")
     project, group = "mcp-rl-live-tests", f"live-{uuid.uuid4().hex[:8]}"
     entity = os.environ.get("WANDB_ENTITY") or None
-    run = wandb.init(project=project, entity=entity, group=group, name=f"{group}-trainer", job_type="trainer",
-                     reinit="finish_previous")
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        group=group,
+        name=f"{group}-trainer",
+        job_type="trainer",
+        reinit="finish_previous",
+    )
     for step in range(1, 4):
         run.log({"reward/mean": step / 4, "train/loss": 1.0 / step}, step=step)
     run.finish()
-    query = WandbQuery(mode="online", project=project, entity=entity, group=group,
-                       api_key=os.environ["WANDB_API_KEY"], timeout_s=30)
+    query = WandbQuery(
+        mode="online", project=project, entity=entity, group=group, api_key=os.environ["WANDB_API_KEY"], timeout_s=30
+    )
     deadline = time.monotonic() + 120
     while True:  # W&B indexes a finished run within seconds to a minute
         report = await lookup(query)

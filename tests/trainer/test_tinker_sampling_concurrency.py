@@ -51,7 +51,9 @@ async def _eight_requests(app) -> float:
         started = time.monotonic()
 
         async def one() -> None:
-            r = await http.post("/generate", json={"input_ids": [3, 4], "sampling_params": {"n": 2, "max_new_tokens": 2}})
+            r = await http.post(
+                "/generate", json={"input_ids": [3, 4], "sampling_params": {"n": 2, "max_new_tokens": 2}}
+            )
             r.raise_for_status()
 
         async with anyio.create_task_group() as tg:

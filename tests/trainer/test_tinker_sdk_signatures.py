@@ -38,12 +38,20 @@ def _sdk_calls() -> list[tuple[str, str, ast.Call]]:
 
 def test_the_backend_makes_the_calls_this_test_expects_to_check() -> None:
     names = {f"{r}.{a}" for r, a, _ in _sdk_calls()}
-    for expected in ("self.service.close", "self.service.create_lora_training_client",
-                     "self.service.create_training_client_from_state_with_optimizer",
-                     "self.training.forward", "self.training.forward_backward", "self.training.optim_step",
-                     "self.training.save_weights_and_get_sampling_client", "self.training.save_state",
-                     "self.training.save_weights_for_sampler", "self.training.get_tokenizer",
-                     "self.sampling.sample", "tinker.ServiceClient"):
+    for expected in (
+        "self.service.close",
+        "self.service.create_lora_training_client",
+        "self.service.create_training_client_from_state_with_optimizer",
+        "self.training.forward",
+        "self.training.forward_backward",
+        "self.training.optim_step",
+        "self.training.save_weights_and_get_sampling_client",
+        "self.training.save_state",
+        "self.training.save_weights_for_sampler",
+        "self.training.get_tokenizer",
+        "self.sampling.sample",
+        "tinker.ServiceClient",
+    ):
         assert expected in names, expected
 
 

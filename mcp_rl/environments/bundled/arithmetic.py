@@ -121,8 +121,13 @@ def local_server_config(tokenizer: str) -> APIServerConfig:
 Rollout = tuple[list[int], list[int], list[float] | None, str]
 
 
-def scored_group(rollouts: list[Rollout], messages: list[dict[str, str]], reward: Callable[[str], float],
-                 group_size: int, rewards_seen: list[float]) -> ScoredDataGroup | None:
+def scored_group(
+    rollouts: list[Rollout],
+    messages: list[dict[str, str]],
+    reward: Callable[[str], float],
+    group_size: int,
+    rewards_seen: list[float],
+) -> ScoredDataGroup | None:
     """The group Atropos trains on, from (prompt tokens, completion tokens, logprobs, text)
     rollouts: None unless every rollout produced tokens. Rewards are also appended to
     `rewards_seen` (the train accuracy logged next)."""
@@ -148,8 +153,9 @@ def scored_group(rollouts: list[Rollout], messages: list[dict[str, str]], reward
     return group
 
 
-def with_accuracy(wandb_metrics: dict[str, Any] | None, rewards_seen: list[float],
-                  eval_metrics: list[tuple[str, float]]) -> dict[str, Any]:
+def with_accuracy(
+    wandb_metrics: dict[str, Any] | None, rewards_seen: list[float], eval_metrics: list[tuple[str, float]]
+) -> dict[str, Any]:
     """`wandb_metrics` plus train/percent_correct since the last call and the pending eval
     metrics; both lists are emptied."""
     metrics = dict(wandb_metrics or {})
@@ -220,25 +226,37 @@ class ArithmeticEnv(BaseEnv):
         server_type = getattr(getattr(server, "config", None), "server_type", "openai")
         return server_type != "openai"
 
-    async def _rollouts(self, messages: list[dict[str, str]], n: int, *, temperature: float,
-                        split: str) -> list[tuple[list[int], list[int], list[float] | None, str]]:
+    async def _rollouts(
+        self, messages: list[dict[str, str]], n: int, *, temperature: float, split: str
+    ) -> list[tuple[list[int], list[int], list[float] | None, str]]:
         """n completions as (prompt tokens, completion tokens, completion logprobs, text)."""
         if self._returns_tokens():
             prompt = self._prompt_tokens(messages)
             prompt_tokens, outputs, logprobs, _ = await self.server.tokens_and_logprobs_completion(
-                input_ids=prompt, n=n, max_tokens=self.config.max_new_tokens,
-                temperature=temperature, split=split,
+                input_ids=prompt,
+                n=n,
+                max_tokens=self.config.max_new_tokens,
+                temperature=temperature,
+                split=split,
             )
             return [
-                (list(prompt_tokens), list(out), [float(x) for x in lps],
-                 self.tokenizer.decode(out, skip_special_tokens=True))
+                (
+                    list(prompt_tokens),
+                    list(out),
+                    [float(x) for x in lps],
+                    self.tokenizer.decode(out, skip_special_tokens=True),
+                )
                 for out, lps in zip(outputs, logprobs, strict=True)
             ]
         completion = await self.server.chat_completion(
-            messages=messages, n=n, max_tokens=self.config.max_new_tokens, temperature=temperature, split=split,
+            messages=messages,
+            n=n,
+            max_tokens=self.config.max_new_tokens,
+            temperature=temperature,
+            split=split,
         )
         prompt = self._prompt_tokens(messages)
-        results = []
+        results: list[tuple[list[int], list[int], list[float] | None, str]] = []
         for choice in completion.choices:
             text = choice.message.content or ""
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -249,10 +267,16 @@ class ArithmeticEnv(BaseEnv):
 
     async def collect_trajectories(self, item: dict[str, Any]) -> tuple[ScoredDataGroup | None, list[Any]]:
         messages = build_messages(item, self.config.few_shot)
-        rollouts = await self._rollouts(messages, self.config.group_size,
-                                        temperature=self.config.temperature, split="train")
-        group = scored_group(rollouts, messages, lambda text: score_answer(text, item["answer"]),
-                             self.config.group_size, self._correct_buffer)
+        rollouts = await self._rollouts(
+            messages, self.config.group_size, temperature=self.config.temperature, split="train"
+        )
+        group = scored_group(
+            rollouts,
+            messages,
+            lambda text: score_answer(text, item["answer"]),
+            self.config.group_size,
+            self._correct_buffer,
+        )
         return group, []
 
     # --- evaluation and logging -------------------------------------------------------------
@@ -260,8 +284,9 @@ class ArithmeticEnv(BaseEnv):
         """Greedy answers on the held-out problems -> eval/percent_correct."""
         correct = 0.0
         for problem in self.eval_problems:
-            rollouts = await self._rollouts(build_messages(problem, self.config.few_shot), 1,
-                                            temperature=0.0, split="eval")
+            rollouts = await self._rollouts(
+                build_messages(problem, self.config.few_shot), 1, temperature=0.0, split="eval"
+            )
             correct += score_answer(rollouts[0][3], problem["answer"]) if rollouts else 0.0
         self.eval_metrics.append(("eval/percent_correct", correct / len(self.eval_problems)))
 

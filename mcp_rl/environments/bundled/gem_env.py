@@ -76,8 +76,10 @@ class Prompt:
 
 
 def _game_user(observation: str, *, reason: bool) -> str:
-    ask = "Please reason step by step, and put your final answer within \\boxed{}." if reason else (
-        "Put your final answer within \\boxed{}."
+    ask = (
+        "Please reason step by step, and put your final answer within \\boxed{}."
+        if reason
+        else ("Put your final answer within \\boxed{}.")
     )
     return f"You are playing language games. Make valid actions to win.\nObservation: {observation}\n{ask}"
 
@@ -100,7 +102,9 @@ def render(template: str, observation: str, tokenizer: Any) -> Prompt:
         return Prompt(text=_chatml(user, "\\boxed{"), user=user, prefill="\\boxed{", stop=("}",))
     if template == "chat":
         user = _game_user(observation, reason=True)
-        text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
         return Prompt(text=text, user=user)
     if template == "no":
         return Prompt(text=observation, user=observation)
@@ -114,7 +118,7 @@ class GemEnvConfig(BaseEnvConfig):
         description="GEM environment id (rl_list_environments(filter='game') lists them), e.g. game:Wordle-v0-easy.",
     )
     env_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Extra keyword arguments for gem.make, e.g. {\"max_turns\": 6}."
+        default_factory=dict, description='Extra keyword arguments for gem.make, e.g. {"max_turns": 6}.'
     )
     profile: Profile = Field(
         "auto",
@@ -143,8 +147,11 @@ class GemEnvConfig(BaseEnvConfig):
         True, description="ReBN: normalise returns to zero mean, unit std across the transitions of a group."
     )
     max_turns: int | None = Field(
-        None, ge=1, le=1000, description="Turns after which an episode is cut (the GEM environment's own limit applies "
-        "first; unset: the profile's, none on tinker)."
+        None,
+        ge=1,
+        le=1000,
+        description="Turns after which an episode is cut (the GEM environment's own limit applies "
+        "first; unset: the profile's, none on tinker).",
     )
     max_tokens_per_turn: int | None = Field(
         None, ge=1, le=32768, description="Most tokens the policy samples per turn (unset: the profile's)."
@@ -287,6 +294,10 @@ class GemEnv(BaseEnv):
         self._dataset: Any = None
         self._next_seed = config.seed
         self._groups_started = 0
+        # Filled by resolve_profile: typed here once instead of re-checked at every use.
+        self._template = str(config.template)
+        self._turn_tokens = int(config.max_tokens_per_turn or 0)
+        self._num_envs = int(config.num_envs or 1)
         self._rng = random.Random(config.seed)
         self._counters = Counters()
         self._eval_metrics: dict[str, float] = {}
@@ -393,7 +404,9 @@ class GemEnv(BaseEnv):
             choice = completion.choices[0]
             text = choice.text or ""
         else:
-            completion = await self.server.chat_completion(messages=[{"role": "user", "content": prompt.user}], **common)
+            completion = await self.server.chat_completion(
+                messages=[{"role": "user", "content": prompt.user}], **common
+            )
             choice = completion.choices[0]
             text = choice.message.content or ""
         tokens = self.tokenizer.encode(text, add_special_tokens=False)
@@ -418,9 +431,9 @@ class GemEnv(BaseEnv):
                 raise EpisodeFailed(f"reset raised {type(exc).__name__}: {exc}") from exc
             turns = range(self.config.max_turns) if self.config.max_turns is not None else itertools.count()
             for _turn in turns:
-                prompt = render(self.config.template, observation, self.tokenizer)
+                prompt = render(self._template, observation, self.tokenizer)
                 prompt_tokens = self.tokenizer.encode(prompt.text, add_special_tokens=False)
-                if len(prompt_tokens) + self.config.max_tokens_per_turn >= self._context_limit():
+                if len(prompt_tokens) + self._turn_tokens >= self._context_limit():
                     episode.cut = "context"  # the trainer would refuse a longer sequence
                     break
                 try:
@@ -461,8 +474,8 @@ class GemEnv(BaseEnv):
                 self._pool.append(env)  # a failed instance is not reused
 
     async def _play_round(self, split: str) -> list[Episode]:
-        seeds = [self._next_seed + i for i in range(self.config.num_envs)]
-        self._next_seed += self.config.num_envs
+        seeds = [self._next_seed + i for i in range(self._num_envs)]
+        self._next_seed += self._num_envs
         results = await asyncio.gather(*(self.play_episode(s, split) for s in seeds), return_exceptions=True)
         episodes = []
         for seed, result in zip(seeds, results, strict=True):

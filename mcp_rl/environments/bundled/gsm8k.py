@@ -39,8 +39,7 @@ from mcp_rl.environments.bundled.arithmetic import (
 )
 
 SYSTEM_PROMPT = (
-    "Solve the math word problem. Reason step by step, then give the final answer on its own line "
-    "as '#### <number>'."
+    "Solve the math word problem. Reason step by step, then give the final answer on its own line as '#### <number>'."
 )
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _OFFLINE_VALUES = ("1", "true", "yes", "on")
@@ -93,7 +92,10 @@ def build_messages(question: str) -> list[dict[str, str]]:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(name, "").strip().lower() in _OFFLINE_VALUES for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").strip().lower() in _OFFLINE_VALUES
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def load_problems(config: GSM8KEnvConfig) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -176,9 +178,12 @@ class GSM8KEnv(BaseEnv):
 
     async def collect_trajectories(self, item: dict[str, str]) -> tuple[ScoredDataGroup | None, list[Any]]:
         messages = build_messages(item["question"])
-        rollouts = await self._rollouts(messages, self.config.group_size, temperature=self.config.temperature, split="train")
-        group = scored_group(rollouts, messages, lambda text: score(text, item["answer"]),
-                             self.config.group_size, self._correct_buffer)
+        rollouts = await self._rollouts(
+            messages, self.config.group_size, temperature=self.config.temperature, split="train"
+        )
+        group = scored_group(
+            rollouts, messages, lambda text: score(text, item["answer"]), self.config.group_size, self._correct_buffer
+        )
         return group, []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:

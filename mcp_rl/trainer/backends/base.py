@@ -129,8 +129,9 @@ class TrainingBackend(Sampler):
         unless `load_state` already did (`on_wait(seconds)` reports a wait in the service's
         queue). Local models are ready once built."""
 
-    def train_step(self, examples: list[TrainingExample], params: AdamParams,
-                   step: int) -> tuple[ForwardBackwardResult, str | None]:
+    def train_step(
+        self, examples: list[TrainingExample], params: AdamParams, step: int
+    ) -> tuple[ForwardBackwardResult, str | None]:
         """`forward_backward`, `optim_step` and `update_sampler(step)` in that order. A remote
         backend submits all three before waiting on any (one clock cycle instead of three)."""
         result = self.forward_backward(examples)

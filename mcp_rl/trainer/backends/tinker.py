@@ -21,7 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp_rl.trainer.backends.base import (
     AdamParams,
@@ -78,8 +78,9 @@ def tokenizer_error(model: str, exc: BaseException) -> RuntimeError:
     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     offline = (
         " HF_HUB_OFFLINE is set in this environment, so the hub is not asked: unset it to let the "
-        "first run fetch the tokenizer, or" if constants.HF_HUB_OFFLINE else
-        " Check that this machine reaches huggingface.co (the first run fetches the tokenizer), or"
+        "first run fetch the tokenizer, or"
+        if constants.HF_HUB_OFFLINE
+        else " Check that this machine reaches huggingface.co (the first run fetches the tokenizer), or"
     )
     return RuntimeError(f"could not load the tokenizer of {model!r} ({reason}).{offline} {fetch_hint(model)}.")
 
@@ -135,9 +136,15 @@ class TinkerBackend(TrainingBackend):
             api_key=settings.tinker_api_key.get_secret_value(),
             base_url=settings.tinker_base_url,
         )
-        return cls(service, base_model=t.base_model, lora_rank=t.lora_rank, tokenizer=tokenizer, seed=t.seed,
-                   checkpoint_ttl_s=settings.tinker_checkpoint_ttl_s,
-                   create_timeout_s=settings.tinker_create_timeout_s)
+        return cls(
+            service,
+            base_model=t.base_model,
+            lora_rank=t.lora_rank,
+            tokenizer=tokenizer,
+            seed=t.seed,
+            checkpoint_ttl_s=settings.tinker_checkpoint_ttl_s,
+            create_timeout_s=settings.tinker_create_timeout_s,
+        )
 
     # --- setting up -------------------------------------------------------------------------
     def load_state(self, path: str) -> None:
@@ -146,7 +153,8 @@ class TinkerBackend(TrainingBackend):
             self._resume_from = path
             return
         self.training = self._await_model(
-            self.service.create_training_client_from_state_with_optimizer(path), f"loading {path}", None)
+            self.service.create_training_client_from_state_with_optimizer(path), f"loading {path}", None
+        )
         self._new_sampler()
 
     def prepare(self, on_wait: WaitCallback | None = None) -> None:
@@ -156,7 +164,8 @@ class TinkerBackend(TrainingBackend):
                 what = f"loading {self._resume_from}"
             else:
                 future = self.service.create_lora_training_client(
-                    base_model=self.base_model, rank=self.lora_rank, seed=self.seed)
+                    base_model=self.base_model, rank=self.lora_rank, seed=self.seed
+                )
                 what = f"a LoRA model of {self.base_model}"
             self.training = self._await_model(future, what, on_wait)
         if self.tokenizer is None:
@@ -179,7 +188,8 @@ class TinkerBackend(TrainingBackend):
                 raise RuntimeError(
                     f"Tinker did not create {what} within {self.create_timeout_s:.0f} s (its queue may be "
                     "busy): start the run again later, or allow a longer wait with "
-                    "MCP_RL_TINKER_CREATE_TIMEOUT (seconds)")
+                    "MCP_RL_TINKER_CREATE_TIMEOUT (seconds)"
+                )
             try:
                 return _wait(future, min(WAIT_REPORT_S, remaining))
             except concurrent.futures.TimeoutError:
@@ -205,19 +215,26 @@ class TinkerBackend(TrainingBackend):
             seed=request.seed,
             stop=stop,
         )
-        response = _wait(self.sampling.sample(
-            prompt=types.ModelInput.from_ints(list(request.prompt_tokens)),
-            num_samples=request.n,
-            sampling_params=params,
-        ))
+        response = _wait(
+            self.sampling.sample(
+                prompt=types.ModelInput.from_ints(list(request.prompt_tokens)),
+                num_samples=request.n,
+                sampling_params=params,
+            )
+        )
         out = []
         for seq in response.sequences:
             tokens = list(seq.tokens)
             logprobs = list(seq.logprobs or [])
             if len(logprobs) != len(tokens):
                 raise RuntimeError("Tinker returned a sample without one logprob per token")
-            out.append(SampledSequence(tokens=tokens, logprobs=[float(x) for x in logprobs],
-                                       finish_reason="length" if seq.stop_reason == "length" else "stop"))
+            out.append(
+                SampledSequence(
+                    tokens=tokens,
+                    logprobs=[float(x) for x in logprobs],
+                    finish_reason="length" if seq.stop_reason == "length" else "stop",
+                )
+            )
         return out
 
     # --- training ---------------------------------------------------------------------------
@@ -227,13 +244,14 @@ class TinkerBackend(TrainingBackend):
         logprobs = example.sampling_logprobs if example.sampling_logprobs is not None else logprobs
         if logprobs is None:
             raise ValueError("an example without sampler logprobs needs the current policy's logprobs")
+        # Raw lists: Datum coerces each to TensorData with the loss's wire dtype (int64/float32).
+        inputs: dict[str, Any] = {
+            "target_tokens": list(example.target_tokens),
+            "logprobs": [float(x) for x in logprobs],
+            "advantages": [float(a) for a in example.advantages],
+        }
         return self._types.Datum(
-            model_input=self._types.ModelInput.from_ints(list(example.input_tokens)),
-            loss_fn_inputs={
-                "target_tokens": list(example.target_tokens),
-                "logprobs": [float(x) for x in logprobs],
-                "advantages": [float(a) for a in example.advantages],
-            },
+            model_input=self._types.ModelInput.from_ints(list(example.input_tokens)), loss_fn_inputs=inputs
         )
 
     def _datums(self, examples: list[TrainingExample]) -> list[Any]:
@@ -247,8 +265,13 @@ class TinkerBackend(TrainingBackend):
             probe = [
                 self._types.Datum(
                     model_input=self._types.ModelInput.from_ints(list(examples[i].input_tokens)),
-                    loss_fn_inputs={"target_tokens": list(examples[i].target_tokens),
-                                    "weights": [0.0] * len(examples[i].target_tokens)},
+                    loss_fn_inputs=cast(
+                        dict[str, Any],
+                        {
+                            "target_tokens": list(examples[i].target_tokens),
+                            "weights": [0.0] * len(examples[i].target_tokens),
+                        },
+                    ),
                 )
                 for i in missing
             ]
@@ -258,8 +281,9 @@ class TinkerBackend(TrainingBackend):
         return [self.datum(e, current.get(i)) for i, e in enumerate(examples)]
 
     def _adam(self, params: AdamParams) -> Any:
-        return self._types.AdamParams(learning_rate=params.learning_rate, beta1=params.beta1,
-                                      beta2=params.beta2, eps=params.eps)
+        return self._types.AdamParams(
+            learning_rate=params.learning_rate, beta1=params.beta1, beta2=params.beta2, eps=params.eps
+        )
 
     @staticmethod
     def _result(output: Any) -> ForwardBackwardResult:
@@ -271,8 +295,12 @@ class TinkerBackend(TrainingBackend):
         loss = metrics.get("loss:sum", metrics.get("loss"))
         if loss is None:
             # Some Tinker-compatible servers report no loss metric, only per-token losses.
-            loss = sum(float(x) for item in output.loss_fn_outputs
-                       if item.get("elementwise_loss") is not None for x in item["elementwise_loss"].tolist())
+            loss = sum(
+                float(x)
+                for item in output.loss_fn_outputs
+                if item.get("elementwise_loss") is not None
+                for x in item["elementwise_loss"].tolist()
+            )
         extra = {f"tinker/{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         return ForwardBackwardResult(loss=float(loss), training_logprobs=training_logprobs, extra=extra)
 
@@ -286,8 +314,9 @@ class TinkerBackend(TrainingBackend):
         self._new_sampler()
         return None
 
-    def train_step(self, examples: list[TrainingExample], params: AdamParams,
-                   step: int) -> tuple[ForwardBackwardResult, str | None]:
+    def train_step(
+        self, examples: list[TrainingExample], params: AdamParams, step: int
+    ) -> tuple[ForwardBackwardResult, str | None]:
         data = self._datums(examples)
         # Submitted back to back, awaited after: one clock cycle for the whole step.
         fwd_bwd = self.training.forward_backward(data, LOSS_FN)
@@ -319,6 +348,9 @@ class TinkerBackend(TrainingBackend):
         self._closed = True
         try:
             _wait(self.service.close(status, detail), CLOSE_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - a failed finish must never fail the run
-            log.warning("Tinker did not record the end of the session (%s: %s); the run's outcome stands",
-                        type(exc).__name__, exc)
+        except Exception as exc:
+            log.warning(
+                "Tinker did not record the end of the session (%s: %s); the run's outcome stands",
+                type(exc).__name__,
+                exc,
+            )
