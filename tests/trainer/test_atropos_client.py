@@ -93,3 +93,30 @@ async def test_unreachable_api_fails_after_the_deadline() -> None:
     finally:
         await client.aclose()
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.anyio
+async def test_the_batch_is_polled_finely_with_a_bounded_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer idles until it sees its batch: the first looks come within tens of ms and
+    the pauses never grow past half a second (a 4 s backoff cost every local step seconds)."""
+    import mcp_rl.trainer.atropos_client as module
+
+    client = AtroposClient("http://127.0.0.1:9")
+    answers = iter([{"batch": None}] * 12 + [{"batch": [{"tokens": [[1]]}]}])
+    pauses: list[float] = []
+
+    async def fake_request(method: str, path: str, stop: object, **kwargs: object) -> object:
+        return next(answers)
+
+    async def fake_stopped(stop: object, seconds: float) -> bool:
+        pauses.append(seconds)
+        return False
+
+    monkeypatch.setattr(client, "_request", fake_request)
+    monkeypatch.setattr(module, "_stopped", fake_stopped)
+    try:
+        assert await client.get_batch() == [{"tokens": [[1]]}]
+    finally:
+        await client.aclose()
+    assert len(pauses) == 12
+    assert pauses[0] <= 0.05 and pauses == sorted(pauses) and max(pauses) == 0.5
