@@ -68,4 +68,16 @@ class IdempotencyStore:
             answer = make()
             record = Remembered(scope=scope, key=key, created_at=time.time(), answer=answer)
             write_text_atomic(path, record.model_dump_json())
-            return answer, False
+        self._forget_expired()
+        return answer, False
+
+    def _forget_expired(self) -> None:
+        """Remove records past twice the TTL: no retry can reuse them. (Lock files stay: removing
+        one another process may hold would let two holders in.)"""
+        cutoff = time.time() - 2 * self.ttl_s
+        for old in self.folder.glob("*-*.json"):
+            try:
+                if ".damaged-" not in old.name and old.stat().st_mtime < cutoff:
+                    old.unlink(missing_ok=True)
+            except OSError:
+                continue  # another server pruned it first
