@@ -657,9 +657,12 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
         raise UserError(f"group_size ({group_size}) is larger than batch_size ({options.batch_size}).")
 
     model_ref = str(local_model_location(settings, options.base_model)) if backend == "local" else options.base_model
+    # On Tinker the model is a hub id; MCP_RL_TOKENIZER_PATH names a local copy of its tokenizer,
+    # which the environment then loads too (else it fetches it from the hub, as the trainer does).
+    tokenizer_ref = str(settings.tokenizer_path) if backend == "tinker" and settings.tokenizer_path else model_ref
     locked = locked_fields(backend)
     derived_env = {
-        "tokenizer_name": model_ref,
+        "tokenizer_name": tokenizer_ref,
         "rollout_server_url": None,  # set by RunConfig.with_ports when the supervisor picks ports
         "use_wandb": settings.wandb_enabled,
         "wandb_name": f"{session.environment.name}-{run_id}",
@@ -673,7 +676,7 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
     env_section = {k: v for k, v in env_values.items() if k in known}
     derived_openai = {"model_name": model_ref, "base_url": None}
     server = {name: derived_openai[name] if value == DERIVED else value for name, value in locked.openai.items()}
-    server["tokenizer_name"] = model_ref
+    server["tokenizer_name"] = tokenizer_ref
     run_dir = settings.runs_dir / run_id
     return RunConfig(
         run_id=run_id,
@@ -684,7 +687,9 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
         trainer=TrainerSettings(
             backend=backend,
             base_model=model_ref,
-            tokenizer_path=model_ref if backend == "local" else None,
+            tokenizer_path=model_ref
+            if backend == "local"
+            else (str(settings.tokenizer_path) if settings.tokenizer_path else None),
             num_steps=options.total_steps,
             batch_size=options.batch_size,
             group_size=int(group_size) if isinstance(group_size, int) else 2,

@@ -115,6 +115,27 @@ def test_no_secret_in_run_config(home: Path, tmp_path: Path):
     run.dump(path)
     assert secret not in path.read_text()
     assert secret not in repr(settings)
+    # Without a local tokenizer the environment loads the Tinker model's tokenizer by its hub id.
+    assert run.env["tokenizer_name"] == run.trainer.base_model and run.trainer.tokenizer_path is None
+
+
+def test_a_local_tokenizer_for_tinker_reaches_trainer_and_environment(home: Path, tmp_path: Path):
+    settings = Settings.from_env(
+        make_env(
+            home,
+            MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"),
+            TINKER_API_KEY="sk-x",
+            MCP_RL_TOKENIZER_PATH=str(tmp_path / "tok"),
+        )
+    )
+    svc = EnvironmentService(settings)
+    svc.select("counting")
+    session, spec = svc.selected()
+    run = config.build_run_config(settings, session, spec, "r2")
+    local = str((tmp_path / "tok").resolve())
+    assert run.trainer.tokenizer_path == local
+    assert run.env["tokenizer_name"] == local and run.openai[0]["tokenizer_name"] == local
+    assert run.openai[0]["model_name"] == run.trainer.base_model != local  # the model stays Tinker's
 
 
 def _hammer(home: str, field_value: int) -> None:
