@@ -16,19 +16,19 @@ import logging
 import os
 import sys
 
-from mcp_rl import __version__
+from mcp_rl import __version__, runs_cli
+from mcp_rl.demo import DemoOptions, run_demo
+from mcp_rl.doctor import render, run_checks
 from mcp_rl.errors import McpRlError, NotFound
+from mcp_rl.http_serve import serve_http
+from mcp_rl.server import build_server
+from mcp_rl.settings import Settings
 
 
 def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
-        from mcp_rl.server import build_server
-
         build_server().run()
         return 0
-    from mcp_rl.http_serve import serve_http
-    from mcp_rl.settings import Settings
-
     settings = Settings.from_env()
     if args.allow_host:  # on top of MCP_RL_ALLOWED_HOSTS
         settings = settings.model_copy(update={"http_allowed_hosts": [*settings.http_allowed_hosts, *args.allow_host]})
@@ -37,17 +37,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from mcp_rl.doctor import render, run_checks
-
     report = run_checks(os.environ, offline=args.offline, http_port=args.port)
     print(report.model_dump_json(indent=2) if args.json else render(report))
     return 1 if report.failed else 0
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from mcp_rl import runs_cli
-    from mcp_rl.settings import Settings
-
     settings = Settings.from_env()
     try:
         return _runs_command(args, settings, runs_cli)
@@ -66,8 +61,6 @@ def _runs_command(args: argparse.Namespace, settings, runs_cli) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from mcp_rl.demo import DemoOptions, run_demo
-
     return run_demo(DemoOptions(home=args.home, steps=args.steps))
 
 

@@ -24,8 +24,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import psutil
+from mcp import Client, StdioServerParameters
 from pydantic import BaseModel, ConfigDict
 
+from mcp_rl.models import COMPLETE_MARKER, default_model_dir, resolve_model
+from mcp_rl.processes import stop
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 
 ENVIRONMENT = "arithmetic"
@@ -90,8 +94,6 @@ def demo_home(options: DemoOptions, user: Settings) -> Path:
 
 def prepare_model(user: Settings, printer: Printer) -> Path:
     """The embedded model folder, converted once into the user's model cache (reused by every demo)."""
-    from mcp_rl.models import COMPLETE_MARKER, default_model_dir, resolve_model
-
     if user.model_path is None and not (default_model_dir(user) / COMPLETE_MARKER).is_file():
         printer.line(f"Converting the embedded model once into {user.models_dir} (about a minute) ...")
     return resolve_model(user, "default")
@@ -301,8 +303,6 @@ class Demo:
 # --- clean-up ----------------------------------------------------------------------------------
 def demo_processes(home: Path) -> list[Any]:
     """Live processes working in the demo's state directory (by cwd or command line), not us."""
-    import psutil
-
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     text = str(home)
     found = []
@@ -322,8 +322,6 @@ def demo_processes(home: Path) -> list[Any]:
 
 def sweep(home: Path) -> list[int]:
     """End the process group of anything still working in `home`; return what was ended."""
-    from mcp_rl.processes import stop
-
     own_group = os.getpgid(0)
     ended = []
     for proc in demo_processes(home):
@@ -359,8 +357,6 @@ async def stop_run(client: Any, demo: Demo, printer: Printer) -> None:
 
 # --- the whole demo ----------------------------------------------------------------------------
 async def _run(options: DemoOptions, printer: Printer) -> int:
-    from mcp import Client, StdioServerParameters
-
     user = Settings.from_env()
     steps = options.steps or DEFAULT_STEPS
     if steps < 1:

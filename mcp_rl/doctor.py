@@ -22,7 +22,11 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from mcp_rl.settings import Settings
+from mcp_rl.config import run_option_defaults
+from mcp_rl.models import COMPLETE_MARKER, default_model_dir, gguf_path, is_hf_model_dir
+from mcp_rl.ports import allocate_ports, port_is_free
+from mcp_rl.settings import SECRET_ENV_VARS, Settings
+from mcp_rl.trainer.backends.tinker import fetch_hint
 
 TINKER_DEFAULT_BASE_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"
 WANDB_DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -126,8 +130,6 @@ def check_packages(group: str, packages: list[tuple[str, str, str]], required: b
 
 
 def check_model(settings: Settings) -> Check:
-    from mcp_rl.models import COMPLETE_MARKER, default_model_dir, gguf_path, is_hf_model_dir
-
     if settings.model_path is not None:
         if is_hf_model_dir(settings.model_path):
             return Check(name="default model", status=Status.OK, detail=f"MCP_RL_MODEL={settings.model_path}")
@@ -196,8 +198,6 @@ def check_state_dir(settings: Settings) -> Check:
 
 
 def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
-    from mcp_rl.ports import allocate_ports, port_is_free
-
     try:
         allocate_ports(3)
     except (OSError, RuntimeError) as exc:
@@ -222,8 +222,6 @@ def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
 
 
 def check_keys(env: Mapping[str, str]) -> Check:
-    from mcp_rl.settings import SECRET_ENV_VARS
-
     shown = [f"{name} {'set' if env.get(name, '').strip() else 'not set'}" for name in SECRET_ENV_VARS]
     return Check(
         name="keys",
@@ -304,8 +302,6 @@ def tokenizer_repo(model: str) -> str:
 
 def check_tokenizer(settings: Settings, probe_hub: bool, probe: Probe | None = None) -> Check:
     """Is the tokenizer of the configured Tinker model on this machine, or can the first run fetch it?"""
-    from mcp_rl.trainer.backends.tinker import fetch_hint
-
     name = "tinker tokenizer"
     if settings.tinker_api_key is None:
         return Check(
@@ -323,8 +319,6 @@ def check_tokenizer(settings: Settings, probe_hub: bool, probe: Probe | None = N
         )
     # Only when the check runs: huggingface_hub is heavy.
     from huggingface_hub import constants, try_to_load_from_cache
-
-    from mcp_rl.config import run_option_defaults
 
     model = str(run_option_defaults(settings, "tinker")["base_model"])
     repo = tokenizer_repo(model)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import logging
 import sys
 
+import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
+
 from mcp_rl.http_auth import ASGIApp, BindPolicy, bind_policy, guarded, is_loopback
+from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,9 +33,6 @@ def policy_for(host: str, settings: Settings) -> BindPolicy:
 
 def build_http_app(policy: BindPolicy, settings: Settings | None = None, path: str = "/mcp") -> ASGIApp:
     """The ASGI app: the SDK's streamable HTTP app behind our Host/Origin and bearer checks."""
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    from mcp_rl.server import build_server
 
     mcp = build_server(settings)
     # Our HostOriginMiddleware checks every bind however its address is spelled; the SDK's own
@@ -50,8 +51,6 @@ def serve_http(host: str, port: int, path: str = "/mcp", settings: Settings | No
     Raises:
         UserError: the bind is not allowed as configured (see `policy_for`).
     """
-    import uvicorn
-
     settings = settings or Settings.from_env()
     policy = policy_for(host, settings)
     app = build_http_app(policy, settings, path)

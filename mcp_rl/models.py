@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock
+
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 
@@ -87,8 +89,6 @@ def ensure_default_model(settings: Settings) -> Path:
     target = default_model_dir(settings)
     if (target / COMPLETE_MARKER).is_file():
         return target
-    from filelock import FileLock
-
     settings.models_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.models_dir / f".{DEFAULT_MODEL_DIRNAME}.lock"), timeout=900):
         if (target / COMPLETE_MARKER).is_file():
@@ -115,6 +115,7 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     The GGUF-loaded model refuses `save_pretrained`, so its de-quantised weights are copied into a
     fresh model built from the same config (without the quantization entry).
     """
+    # torch/transformers are heavy: only the one-time GGUF conversion needs them
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from mcp_rl.environments.child import child_main
+from mcp_rl.environments.loader import load_env_class
 
 
 def has_validators(config_cls: type) -> bool:
@@ -30,6 +33,7 @@ def has_validators(config_cls: type) -> bool:
 
 
 def config_class(env_cls: Any) -> type:
+    # atroposlib is heavy (~3 s): imported by the check child when it runs, never by the server
     from atroposlib.envs.base import BaseEnvConfig
 
     try:
@@ -41,8 +45,6 @@ def config_class(env_cls: Any) -> type:
 
 def errors_of(config_cls: type, values: dict[str, Any], edited: list[str]) -> list[str]:
     """What `config_cls` says is wrong with `values`, as far as the edited fields are concerned."""
-    from pydantic import ValidationError
-
     try:
         config_cls.model_validate(values)  # type: ignore[attr-defined]
     except ValidationError as exc:
@@ -61,8 +63,6 @@ def errors_of(config_cls: type, values: dict[str, Any], edited: list[str]) -> li
 def check(
     file_path: Path, class_name: str, project_root: Path, values: dict[str, Any], edited: list[str]
 ) -> dict[str, Any]:
-    from mcp_rl.environments.loader import load_env_class
-
     cls = config_class(load_env_class(file_path, class_name, project_root))
     return {"has_validators": has_validators(cls), "errors": errors_of(cls, values, edited)}
 

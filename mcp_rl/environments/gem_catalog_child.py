@@ -55,6 +55,7 @@ def _module_facts(module_path: str, cache: dict[str, tuple[str, bool]]) -> tuple
 
 def _nltk_words_present() -> bool:
     try:
+        # nltk is optional (a GEM dependency); absent means no word list
         import nltk
 
         nltk.data.find("corpora/words")
@@ -64,6 +65,7 @@ def _nltk_words_present() -> bool:
 
 
 def catalog() -> dict[str, Any]:
+    # gem-llm is an optional extra: only this child imports it, to list its environments
     import gem  # noqa: F401  (registers every environment)
     from gem.envs.registration import ENV_REGISTRY
 

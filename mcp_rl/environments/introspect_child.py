@@ -17,6 +17,7 @@ or after an idle period.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -29,6 +30,7 @@ from typing import Any
 
 from mcp_rl.environments.child import child_main
 from mcp_rl.environments.config_check_child import answer_check, has_validators
+from mcp_rl.environments.loader import load_env_class
 
 # Lines of the child's own output (its log) returned with a failure.
 LOG_TAIL_LINES = 15
@@ -133,9 +135,8 @@ def _fallback(fallback_cls: Any, error: Exception | None) -> dict[str, Any]:
 
 
 def introspect(file_path: Path, class_name: str, project_root: Path) -> dict[str, Any]:
+    # atroposlib is heavy (~3 s): imported by the introspection child, never by the server
     from atroposlib.envs.base import BaseEnvConfig
-
-    from mcp_rl.environments.loader import load_env_class
 
     env_cls = load_env_class(file_path, class_name, project_root)
     fallback_cls = getattr(env_cls, "env_config_cls", None) or BaseEnvConfig
@@ -203,8 +204,6 @@ def _log_tail(path: Path) -> list[str]:
 def _die_with_parent() -> None:
     """Linux: the child is killed if the worker dies (a killed worker cannot enforce deadlines)."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):

@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+from pydantic import create_model
+
+from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.loader import load_env_class
 
 # Options of the Atropos CLI whose value is a path: resolved before we change directory.
@@ -74,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is None:
             raise
-        from mcp_rl.environments.dependencies import missing_dependency
-
         # One line that says what to install (the traceback would only show where it was imported).
         print(missing_dependency(exc.name, env_file, project_root).sentence(env_file.stem), file=sys.stderr)
         return 2
@@ -109,8 +111,6 @@ def _yaml_env(env_args: list[str]) -> dict[str, Any]:
     path = _config_path(env_args)
     if path is None:
         return {}
-    import yaml
-
     with open(path, encoding="utf-8") as fh:
         data = yaml.safe_load(fh) or {}
     return dict(data.get("env") or {})
@@ -120,8 +120,8 @@ def fallback_config(cls: Any, values: dict[str, Any]) -> Any:
     """The environment's config class (BaseEnvConfig without one) built from `values`; fields it
     requires become defaults of a subclass, since Atropos's CLI would otherwise demand them as
     flags. Raises ValueError naming required fields that have no value."""
+    # atroposlib is heavy: only the fallback (a failing config_init) needs it here
     from atroposlib.envs.base import BaseEnvConfig
-    from pydantic import create_model
 
     config_cls = getattr(cls, "env_config_cls", None) or BaseEnvConfig
     known = {k: v for k, v in values.items() if k in config_cls.model_fields}
@@ -145,6 +145,7 @@ def _guard_config_init(cls: Any, values: dict[str, Any]) -> None:
         try:
             return original()
         except Exception as exc:  # the environment's own code; selection fell back the same way
+            # atroposlib is heavy: only the fallback (a failing config_init) needs it here
             from atroposlib.envs.base import ServerBaseline
 
             print(
@@ -164,7 +165,7 @@ def _prewarm(env_args: list[str]) -> None:
     if config is None:
         return
     try:
-        import yaml
+        # transformers is heavy: the prewarm is what loads it, while the environment is held
         from transformers import AutoTokenizer
 
         with open(config, encoding="utf-8") as fh:

@@ -22,6 +22,7 @@ from mcp_rl.environments.loader import load_env_class
 
 def one_server(servers: Any) -> tuple[list[Any], str | None]:
     """`servers` as a one-element list of APIServerConfig, and what was changed (None: nothing)."""
+    # atroposlib is heavy (~3 s): the child imports it when it runs, never the server
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
 
     if isinstance(servers, list):

@@ -52,6 +52,7 @@ from mcp_rl.inference_test.models import (
     TestState,
     WorkerRecord,
 )
+from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports
 from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.runconfig import write_text_atomic
@@ -155,6 +156,7 @@ def _fetch_tokenizer(repo_id: str) -> str | None:
     """None once the tokenizer files of a hub model are in the local cache (fetched now if the
     user's machine may reach the hub), else what went wrong."""
     try:
+        # huggingface_hub is heavy: only a run whose model is a hub id needs it
         from huggingface_hub import snapshot_download, try_to_load_from_cache
 
         if isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str):
@@ -484,8 +486,6 @@ class TestWorker:
         try:
             self.gateway.start()
             try:
-                from mcp_rl.models import resolve_model
-
                 local_model = resolve_model(self.settings, self.spec.local_model)
             except Exception as exc:
                 raise LocalServerError(f"cannot load the local model/tokenizer: {exc}") from exc

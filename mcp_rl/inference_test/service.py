@@ -19,6 +19,7 @@ from typing import Any, Literal
 import anyio
 import yaml
 
+from mcp_rl import config
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
@@ -41,6 +42,7 @@ from mcp_rl.inference_test.models import (
     model_slug,
     test_uri,
 )
+from mcp_rl.processes import identify, is_alive, marker_for, spawn, stop_group
 from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
 from mcp_rl.settings import Settings, configs_dir
 
@@ -156,8 +158,6 @@ def session_environment(environments: Any) -> tuple[EnvironmentRef, dict[str, An
     Raises:
         UserError: no environment selected, or its file is gone.
     """
-    from mcp_rl import config
-
     session, spec = environments.selected()
     values: dict[str, Any] = {**spec.initial_values, **session.edits}
     options, _ = config.resolve_run_options(environments.settings, session.run_options)
@@ -204,8 +204,6 @@ def start_test(
     Raises:
         UserError: bad ranges or models (see `plan_models`).
     """
-    from mcp_rl.processes import identify, spawn
-
     _check_range("num_steps", num_steps, NUM_STEPS_RANGE)
     _check_range("group_size", group_size, GROUP_SIZE_RANGE)
     if max_parallel < 1:
@@ -256,8 +254,6 @@ def start_test(
 def marker_of_test(folder: Path) -> str:
     """The marker of a test's processes (the worker's, inherited by its children): derived from
     the test's folder, so any later server can prove a process is the test's before signalling."""
-    from mcp_rl.processes import marker_for
-
     return marker_for("test", folder)
 
 
@@ -277,8 +273,6 @@ def test_dir(settings: Settings, test_id: str) -> Path:
 
 
 def _worker_alive(folder: Path) -> bool:
-    from mcp_rl.processes import is_alive
-
     try:
         record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
@@ -297,8 +291,6 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
     result = InferenceTestResult.load(folder / SUMMARY_FILE)
     if result.state != "running":
         return result
-    from mcp_rl.processes import stop_group
-
     tail = report.tail_text(folder / WORKER_LOG)
     error = "the test worker exited before this model finished"
     for m in result.models_tested:
@@ -380,8 +372,6 @@ def cancel_test(settings: Settings, test_id: str, timeout_s: float = 30.0) -> In
     A worker that does not finish within `timeout_s` has its group killed; the test then reads
     as failed (and its leftover model processes are ended by `read_test`).
     """
-    from mcp_rl.processes import is_alive, stop_group
-
     folder = test_dir(settings, test_id)
     try:
         record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))

@@ -54,6 +54,7 @@ def append_metrics(path: Path, step: int, metrics: dict[str, Any]) -> None:
 
 def install(path: Path) -> None:
     """Make every `BaseEnv.wandb_log` call of this process also append to `path` (idempotent)."""
+    # atroposlib is heavy: only the environment process (which has it loaded) installs the hook
     from atroposlib.envs.base import BaseEnv
 
     original = BaseEnv.wandb_log

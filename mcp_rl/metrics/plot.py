@@ -34,6 +34,7 @@ def render_png(table: StepTable, title: str) -> bytes:
     With no steps logged yet the image says so instead of failing, so a client can show it
     from the first moment of a run.
     """
+    # matplotlib is heavy (~0.5 s): only a plot request loads it, not the server's start-up
     import matplotlib
 
     matplotlib.use("Agg", force=True)

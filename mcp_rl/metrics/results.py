@@ -22,6 +22,7 @@ from mcp_rl.metrics.wandb_reader import DEFAULT_DEADLINE_S, WandbMode, WandbQuer
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import RUN_FILE, TrainerPhase, is_run_id
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.registry import Registry
 
 # How long a W&B answer is reused: look-ups cost seconds, and W&B lags the local files anyway.
 WANDB_CACHE_TTL_S = 60.0
@@ -76,8 +77,6 @@ def run_dir_of(settings: Settings, run_id: str) -> Path:
 def _registry_record(settings: Settings, run_id: str) -> Any:
     if not settings.state_db.exists():
         return None
-    from mcp_rl.supervisor.registry import Registry
-
     return Registry(settings.state_db).get_run(run_id)
 
 

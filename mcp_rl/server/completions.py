@@ -25,8 +25,13 @@ from mcp.types import (
     ResourceTemplateReference,
 )
 
+from mcp_rl.config import RUN_OPTION_NAMES
 from mcp_rl.errors import McpRlError
+from mcp_rl.inference_test.models import SLUG_RE, SPEC_FILE
+from mcp_rl.inference_test.service import model_catalog
 from mcp_rl.server.state import AppState
+from mcp_rl.supervisor.registry import Registry
+from mcp_rl.supervisor.states import LOG_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +65,7 @@ ARGUMENTS: dict[str, tuple[Source, bool]] = {
 }
 # Template variables whose meaning depends on the template.
 TEMPLATE_ARGUMENTS: dict[tuple[str, str], tuple[Source, bool]] = {
-    ("rl://environments/{name}", "name"): (Source.ENVIRONMENT, False),
+    ("rl://environments/{+name}", "name"): (Source.ENVIRONMENT, False),
 }
 
 
@@ -117,8 +122,6 @@ class Completer:
             if source is Source.TEST_MODEL:
                 return await anyio.to_thread.run_sync(self.test_models, context.get("test_id", ""))
             if source is Source.PROCESS:
-                from mcp_rl.supervisor.states import LOG_NAMES
-
                 return list(LOG_NAMES)
             if source is Source.CONFIG_FIELD:
                 return await self.config_fields()
@@ -139,29 +142,21 @@ class Completer:
     def run_ids(self) -> list[str]:
         if not self.settings.state_db.exists():
             return []
-        from mcp_rl.supervisor.registry import Registry
-
         return [r.run_id for r in Registry(self.settings.state_db).list_runs()]  # newest first
 
     def test_ids(self) -> list[str]:
-        from mcp_rl.inference_test.models import SPEC_FILE
-
         folder = self.settings.tests_dir
         if not folder.is_dir():
             return []
         return sorted((p.name for p in folder.iterdir() if (p / SPEC_FILE).is_file()), reverse=True)  # newest first
 
     def test_models(self, test_id: str) -> list[str]:
-        from mcp_rl.inference_test.models import SLUG_RE
-
         if test_id not in self.test_ids():
             return []
         folder = self.settings.tests_dir / test_id
         return sorted(p.name for p in folder.iterdir() if p.is_dir() and SLUG_RE.match(p.name))
 
     async def config_fields(self) -> list[str]:
-        from mcp_rl.config import RUN_OPTION_NAMES
-
         service = self._environments()
 
         def selected_fields() -> list[str]:
@@ -174,8 +169,6 @@ class Completer:
         return await _within(selected_fields, nothing) + list(RUN_OPTION_NAMES)
 
     def model_ids(self) -> list[str]:
-        from mcp_rl.inference_test.service import model_catalog
-
         remote, local = model_catalog()
         return [local.id, *(m.id for m in remote)]
 
@@ -185,7 +178,7 @@ def source_of(ref: PromptReference | ResourceTemplateReference, name: str) -> tu
         found = TEMPLATE_ARGUMENTS.get((ref.uri, name))
         if found is not None:
             return found
-        if name == "name":  # only rl://environments/{name} has it
+        if name == "name":  # only rl://environments/{+name} has it
             return None
     return ARGUMENTS.get(name)
 
@@ -212,6 +205,4 @@ def register(mcp: MCPServer, state: AppState) -> None:
             prefix = head + LIST_SEPARATOR + last[: len(last) - len(typed)]  # keep what was typed, spaces too
             chosen = {v.strip() for v in head.split(LIST_SEPARATOR)}
         values = [v for v in await completer.values(source, known) if v not in chosen]  # no item twice
-        if isinstance(ref, ResourceTemplateReference):  # a {variable} of a URI stops at "/"
-            values = [v for v in values if "/" not in v]
         return rank(values, typed, prefix)

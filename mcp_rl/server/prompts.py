@@ -16,6 +16,7 @@ from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
 from mcp_rl.server.state import AppState
+from mcp_rl.supervisor.registry import Registry
 
 MAX_COMPARED_RUNS = 6
 
@@ -57,8 +58,6 @@ def _recorded_runs(state: AppState, run_ids: list[str]) -> list[str]:
     """
     records = {}
     if state.settings.state_db.exists():
-        from mcp_rl.supervisor.registry import Registry
-
         records = {r.run_id: r for r in Registry(state.settings.state_db).list_runs()}
     unknown = [r for r in run_ids if r not in records]
     if unknown:

@@ -39,6 +39,7 @@ from mcp_rl.rundir import is_run_id
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
+from mcp_rl.supervisor.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +264,5 @@ def register(mcp: MCPServer, state: AppState) -> None:
 def _registry_run_dir(state: AppState, run_id: str) -> Path | None:
     if not state.settings.state_db.exists():
         return None
-    from mcp_rl.supervisor.registry import Registry
-
     record = Registry(state.settings.state_db).get_run(run_id)
     return Path(record.run_dir) if record is not None else None

@@ -21,6 +21,7 @@ from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
+from mcp_rl.runconfig import RunConfig
 from mcp_rl.server.budget import CallBudget, Progress, wait_job
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
@@ -181,8 +182,6 @@ def headline_metrics(status: RunStatus) -> RunMetrics | None:
 
 
 def _start_answer(started: RunStarted, revision: str, key: str | None) -> StartAnswer:
-    from mcp_rl.runconfig import RunConfig
-
     trainer = RunConfig.load(Path(started.config_path)).trainer
     answer = StartAnswer(
         **started.model_dump(),

@@ -24,10 +24,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import psutil
 from pydantic import BaseModel, ValidationError
 
 from mcp_rl.errors import DamagedState, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
+from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     RUN_FILE,
     TRAINER_STATUS_FILE,
@@ -565,8 +567,6 @@ def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]]
     """A run's registry row as far as its directory tells: run.yaml (environment, backend, ports,
     W&B), trainer_status.json (how it ended) and a live supervisor of it (if it is still going;
     `supervisors` from `_live_supervisors`, looked up here when not given)."""
-    from mcp_rl.runconfig import RunConfig
-
     run_dir = run_dir.resolve()
     config_path = run_dir / RUN_FILE
     created = _first_written(run_dir)
@@ -635,8 +635,6 @@ def _first_written(run_dir: Path) -> float:
 def _live_supervisors() -> dict[str, tuple[int, float]]:
     """(pid, start time) of every running run supervisor, by the run dir its command line names
     (`python -m mcp_rl.supervisor --run-dir <dir>`)."""
-    import psutil
-
     found: dict[str, tuple[int, float]] = {}
     for proc in psutil.process_iter(["cmdline", "create_time"]):
         cmdline = proc.info.get("cmdline") or []

@@ -7,6 +7,7 @@ is left.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from mcp_rl import processes
+from mcp_rl.config import build_run_config
+from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
 from mcp_rl.metrics import store
 from mcp_rl.ports import port_is_free
@@ -102,9 +105,6 @@ def start_run(settings: Settings, environments: EnvironmentService | None = None
 
     Returns at once; the supervisor brings the processes up in the background.
     """
-    from mcp_rl.config import build_run_config
-    from mcp_rl.environments.service import EnvironmentService
-
     environments = environments or EnvironmentService(settings)
     session, spec = environments.selected()  # raises if nothing is selected or the file is gone
     registry = registry_for(settings)
@@ -572,8 +572,6 @@ def read_config(settings: Settings, run_id: str) -> str:
 
 def read_metrics(settings: Settings, run_id: str, tail: int = DEFAULT_METRICS_TAIL) -> dict[str, Any]:
     """The last `tail` metrics lines of a run, oldest first."""
-    import json
-
     run = _get_run(registry_for(settings), run_id)
     rows = []
     for line in tail_lines(Path(run.run_dir) / METRICS_FILE, tail):

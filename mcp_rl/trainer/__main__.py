@@ -14,6 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from mcp_rl.runconfig import RunConfig
+from mcp_rl.settings import Settings
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer", description="mcp-rl trainer")
@@ -33,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-    from mcp_rl.runconfig import RunConfig
-    from mcp_rl.settings import Settings
+    # After the variables above: the backends load torch, which reads them once, when it loads.
     from mcp_rl.trainer.backends import make_backend
     from mcp_rl.trainer.loop import Trainer
 

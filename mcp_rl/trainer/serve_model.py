@@ -13,6 +13,12 @@ import logging
 import os
 import sys
 
+import uvicorn
+
+from mcp_rl.errors import UserError
+from mcp_rl.models import resolve_model
+from mcp_rl.settings import Settings
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer.serve_model", description=__doc__.splitlines()[0])
@@ -35,11 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-    import uvicorn
-
-    from mcp_rl.errors import UserError
-    from mcp_rl.models import resolve_model
-    from mcp_rl.settings import Settings
+    # After the variables above: the local backend loads torch, which reads them once, when it loads.
     from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
     from mcp_rl.trainer.inference_server import InferenceService, build_app
 

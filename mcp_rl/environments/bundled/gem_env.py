@@ -32,6 +32,7 @@ from atroposlib.envs.base import (
     BaseEnvConfig,
     ScoredDataGroup,
 )
+from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
 from mcp_rl.environments.gem_returns import (
@@ -324,6 +325,7 @@ class GemEnv(BaseEnv):
 
     # --- GEM instances --------------------------------------------------------------------
     async def setup(self) -> None:
+        # gem-llm is an optional extra (the `gem` one): only a GEM run imports it
         import gem
         from gem.envs.registration import ENV_REGISTRY
         from gem.wrappers.wrapper_factory import WRAPPER_FACTORY, get_wrapper_fns
@@ -364,8 +366,6 @@ class GemEnv(BaseEnv):
     # --- sampling -------------------------------------------------------------------------
     def _token_server(self) -> bool:
         """sglang/vllm/trl servers give token ids and logprobs; OpenAI-type ones only text."""
-        from atroposlib.envs.server_handling.openai_server import OpenAIServer
-
         return not any(isinstance(s, OpenAIServer) for s in self.server.servers)
 
     async def _sample(self, prompt: Prompt, split: str) -> tuple[list[int], list[float] | None, str, bool]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mcp_rl.models import resolve_model
+
 if TYPE_CHECKING:
     from mcp_rl.runconfig import RunConfig
     from mcp_rl.settings import Settings
@@ -14,7 +16,7 @@ def make_backend(config: RunConfig, settings: Settings) -> TrainingBackend:
     """The backend named by `trainer.backend`, built for this run (heavy imports happen here)."""
     t = config.trainer
     if t.backend == "local":
-        from mcp_rl.models import resolve_model
+        # Per backend: the local one loads torch; a Tinker run never imports it.
         from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
 
         configure_torch_threads()
@@ -25,6 +27,7 @@ def make_backend(config: RunConfig, settings: Settings) -> TrainingBackend:
             checkpoints_dir=config.paths.checkpoints_dir,
         )
     if t.backend == "tinker":
+        # Per backend: the Tinker SDK only for a Tinker run.
         from mcp_rl.trainer.backends.tinker import TinkerBackend
 
         return TinkerBackend.from_settings(config, settings)

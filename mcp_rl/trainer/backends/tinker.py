@@ -50,6 +50,7 @@ CLOSE_TIMEOUT_S = 20.0
 
 def load_tokenizer(path: str) -> Any:
     """A tokenizer from a local folder (trainer.tokenizer_path or MCP_RL_TOKENIZER_PATH)."""
+    # transformers is heavy: only a local tokenizer folder needs it
     from transformers import AutoTokenizer
 
     try:
@@ -73,6 +74,7 @@ def fetch_hint(model: str) -> str:
 
 def tokenizer_error(model: str, exc: BaseException) -> RuntimeError:
     """A clear error for a tokenizer that could not be loaded from the hub or its cache."""
+    # huggingface_hub is heavy; doctor imports this module for fetch_hint
     from huggingface_hub import constants
 
     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
@@ -107,6 +109,7 @@ class TinkerBackend(TrainingBackend):
         """Nothing is created on Tinker yet: `prepare()` (after an optional `load_state`) does it,
         so a resumed run never creates a model it throws away. Without `tokenizer`, the training
         client's own is used (fetched from the Hugging Face hub on first use)."""
+        # the Tinker SDK is heavy; doctor imports this module for fetch_hint
         from tinker import types
 
         self._types = types
@@ -125,6 +128,7 @@ class TinkerBackend(TrainingBackend):
 
     @classmethod
     def from_settings(cls, config: RunConfig, settings: Settings) -> TinkerBackend:
+        # the Tinker SDK is heavy; doctor imports this module for fetch_hint
         import tinker
 
         if settings.tinker_api_key is None:
