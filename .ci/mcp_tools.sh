@@ -90,7 +90,7 @@ for era in legacy modern; do
         "{'rl://environments', 'rl://config/current', 'rl://config/locked'} <= {r['uri'] for r in out['result']['resources']} and all(r.get('title') for r in out['result']['resources'])" \
         -- "${TARGET[@]}" --method resources/list
     expect 0 "resources/templates/list: a title on every template" \
-        "'rl://environments/{name}' in {t['uriTemplate'] for t in out['result']['resourceTemplates']} and all(t.get('title') for t in out['result']['resourceTemplates'])" \
+        "'rl://environments/{+name}' in {t['uriTemplate'] for t in out['result']['resourceTemplates']} and all(t.get('title') for t in out['result']['resourceTemplates'])" \
         -- "${TARGET[@]}" --method resources/templates/list
     expect 0 "prompts/list: the workflows, with titles" \
         "{p['name'] for p in out['result']['prompts']} == $PROMPTS and all(p.get('title') and p.get('description') for p in out['result']['prompts'])" \
@@ -144,8 +144,8 @@ complete() {
 if mcpdo connect mcp-rl >"$WORK/connect.json" 2>"$WORK/err.txt"; then
     complete "environment names for the train_environment prompt" "out['values'][0] == 'arithmetic'" \
         ref/prompt train_environment environment ari
-    complete "environment names for rl://environments/{name}" "'arithmetic' in out['values']" \
-        ref/resource 'rl://environments/{name}' name ""
+    complete "environment names for rl://environments/{+name}" "'arithmetic' in out['values']" \
+        ref/resource 'rl://environments/{+name}' name ""
     complete "run ids for the diagnose_run prompt" "out['values'] == ['ci0run01']" ref/prompt diagnose_run run_id ci0
     complete "run ids for rl://runs/{run_id}/logs/{process}" "out['values'] == ['ci0run01']" \
         ref/resource 'rl://runs/{run_id}/logs/{process}{?tail}' run_id ""

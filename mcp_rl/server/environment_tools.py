@@ -350,7 +350,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         return json.dumps(data, indent=2)
 
     @mcp.resource(
-        "rl://environments/{name}",
+        # {+name}: a duplicate's qualified name (folder/name) keeps its "/".
+        "rl://environments/{+name}",
         name="environment",
         title="Environment details",
         mime_type="application/json",

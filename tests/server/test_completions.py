@@ -54,7 +54,7 @@ async def test_environment_names_for_prompts_and_the_environment_template(settin
         for ref, name in (
             (prompt("train_environment"), "environment"),
             (prompt("smoke_test_models"), "environment"),
-            (template("rl://environments/{name}"), "name"),
+            (template("rl://environments/{+name}"), "name"),
         ):
             values = await complete(client, ref, name, "ari")
             assert values[0] == "arithmetic" and all("ari" in v.lower() for v in values)  # GEM's rg:*arithmetic after
@@ -68,9 +68,11 @@ async def test_duplicate_names_complete_as_what_rl_select_environment_takes(home
     async with Client(build_server(settings)) as client:
         offered = await complete(client, prompt("train_environment"), "environment", "")
         assert {"counter", "game_environments/counter/counter"} <= set(offered)
-        # A URI {variable} stops at "/": the qualified name cannot fill rl://environments/{name}.
-        assert "counter" in await complete(client, template("rl://environments/{name}"), "name", "coun")
-        assert not [v for v in await complete(client, template("rl://environments/{name}"), "name", "") if "/" in v]
+        # {+name} keeps the "/": the qualified name fills rl://environments/{+name} and reads it.
+        in_template = await complete(client, template("rl://environments/{+name}"), "name", "")
+        assert {"counter", "game_environments/counter/counter"} <= set(in_template)
+        read = await client.read_resource("rl://environments/game_environments/counter/counter")
+        assert '"game_environments/counter/counter"' in read.contents[0].text
 
 
 @pytest.mark.skipif(gem_catalog.installed_version() is None, reason="gem-llm not installed")

@@ -100,7 +100,7 @@ async def test_resources(home, mode):
         uris = {str(r.uri) for r in (await client.list_resources()).resources}
         assert {"rl://environments", "rl://config/current", "rl://config/locked"} <= uris
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-        assert "rl://environments/{name}" in templates
+        assert "rl://environments/{+name}" in templates
         env = await client.read_resource("rl://environments/counting")
         assert "class CountingEnv" in env.contents[0].text
         before = await client.read_resource("rl://config/current")
