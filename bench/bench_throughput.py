@@ -40,8 +40,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mcp_rl.models import resolve_model  # noqa: E402
-from mcp_rl.settings import Settings  # noqa: E402
+from mcp_rl.models import resolve_model
+from mcp_rl.settings import Settings
 
 TARGET_RATIO = 0.9
 MASKED = -100
@@ -91,8 +91,7 @@ class Plain:
         self.model.eval()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
 
-    def step(self, prompts: list[list[int]], answers: list[int], samples: int, new_tokens: int,
-             timing: Timing) -> None:
+    def step(self, prompts: list[list[int]], answers: list[int], samples: int, new_tokens: int, timing: Timing) -> None:
         from mcp_rl.environments.bundled.arithmetic import score_answer
 
         torch = self.torch
@@ -102,9 +101,17 @@ class Plain:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         t0 = time.monotonic()
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
-                                      top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                                      num_return_sequences=samples, pad_token_id=pad)
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new_tokens,
+                num_return_sequences=samples,
+                pad_token_id=pad,
+            )
         t1 = time.monotonic()
         completions = out[:, width:]
         eos = set(self.tok.all_special_ids) & {self.tok.eos_token_id, pad}
@@ -112,7 +119,7 @@ class Plain:
         for i in range(completions.shape[0]):  # up to and including the first end token
             for t in range(completions.shape[1]):
                 if int(completions[i, t]) in eos:
-                    comp_mask[i, t + 1:] = 0
+                    comp_mask[i, t + 1 :] = 0
                     break
         texts = [self.tok.decode(c[m.bool()], skip_special_tokens=True) for c, m in zip(completions, comp_mask)]
         rewards = torch.tensor([score_answer(text, answers[i // samples]) for i, text in enumerate(texts)])
@@ -120,8 +127,11 @@ class Plain:
         full_mask = torch.cat([mask.repeat_interleave(samples, 0), comp_mask], dim=1)
         # Logits of the completion positions only (the vocabulary projection of every prompt
         # position would be most of the step's cost, and no loop needs it).
-        logits = self.model(input_ids=out, attention_mask=full_mask,
-                            logits_to_keep=completions.shape[1] + 1).logits[:, :-1].float()
+        logits = (
+            self.model(input_ids=out, attention_mask=full_mask, logits_to_keep=completions.shape[1] + 1)
+            .logits[:, :-1]
+            .float()
+        )
         logp = torch.log_softmax(logits, -1).gather(2, completions[..., None])[..., 0]
         loss = -((logp * comp_mask).sum(1) * adv).sum()
         loss.backward()
@@ -134,8 +144,17 @@ class Plain:
 class Pipeline:
     """The trainer's local path: inference server + sampler + build_examples + train_step."""
 
-    def __init__(self, model_dir: Path, settings: Settings, lr: float, lora_rank: int, *, batched: bool,
-                 overlap: bool, workdir: Path) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        settings: Settings,
+        lr: float,
+        lora_rank: int,
+        *,
+        batched: bool,
+        overlap: bool,
+        workdir: Path,
+    ) -> None:
         import socket
 
         from mcp_rl.trainer.backends.local import LocalBackend
@@ -146,8 +165,9 @@ class Pipeline:
             build_app,
         )
 
-        self.backend = LocalBackend(model_dir, lora_rank=lora_rank, checkpoints_dir=workdir,
-                                    sample_beside_training=overlap)
+        self.backend = LocalBackend(
+            model_dir, lora_rank=lora_rank, checkpoints_dir=workdir, sample_beside_training=overlap
+        )
         self.tok = self.backend.tokenizer
         self.sampler: Any = self.backend
         concurrency = 1
@@ -157,8 +177,9 @@ class Pipeline:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        self.server = ServerThread(build_app(InferenceService(self.sampler), sampling_concurrency=concurrency),
-                                   "127.0.0.1", port)
+        self.server = ServerThread(
+            build_app(InferenceService(self.sampler), sampling_concurrency=concurrency), "127.0.0.1", port
+        )
         self.server.start()
         self.url = f"http://127.0.0.1:{port}/generate"
         self.lr = lr
@@ -172,8 +193,9 @@ class Pipeline:
         if hasattr(self.sampler, "close"):
             self.sampler.close()
 
-    def sample(self, prompts: list[list[int]], answers: list[int], samples: int,
-               new_tokens: int) -> tuple[list[dict[str, Any]], list[float]]:
+    def sample(
+        self, prompts: list[list[int]], answers: list[int], samples: int, new_tokens: int
+    ) -> tuple[list[dict[str, Any]], list[float]]:
         """The 8 groups as Atropos groups (and their rewards), requested at once as an
         environment's workers request them."""
         import httpx
@@ -184,14 +206,17 @@ class Pipeline:
         errors: list[Exception] = []
 
         def request(i: int) -> None:
-            body = {"input_ids": prompts[i], "return_logprob": True,
-                    "sampling_params": {"n": samples, "max_new_tokens": new_tokens, "temperature": 1.0}}
+            body = {
+                "input_ids": prompts[i],
+                "return_logprob": True,
+                "sampling_params": {"n": samples, "max_new_tokens": new_tokens, "temperature": 1.0},
+            }
             try:
                 with httpx.Client(timeout=600) as client:
                     reply = client.post(self.url, json=body)
                     reply.raise_for_status()
                     replies[i] = reply.json()
-            except Exception as exc:  # noqa: BLE001 - reported after the join
+            except Exception as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=request, args=(i,)) for i in range(len(prompts))]
@@ -211,8 +236,9 @@ class Pipeline:
                 group["tokens"].append(prompt + completion)
                 group["masks"].append([MASKED] * len(prompt) + completion)
                 group["scores"].append(score)
-                group["inference_logprobs"].append([PROMPT_LOGPROB] * len(prompt)
-                                                   + [e[0] for e in o["meta_info"]["output_token_logprobs"]])
+                group["inference_logprobs"].append(
+                    [PROMPT_LOGPROB] * len(prompt) + [e[0] for e in o["meta_info"]["output_token_logprobs"]]
+                )
             batch.append(group)
         return batch, rewards
 
@@ -225,8 +251,7 @@ class Pipeline:
         self.backend.train_step(examples, AdamParams(learning_rate=self.lr), self.steps)
         return len(examples)
 
-    def step(self, prompts: list[list[int]], answers: list[int], samples: int, new_tokens: int,
-             timing: Timing) -> None:
+    def step(self, prompts: list[list[int]], answers: list[int], samples: int, new_tokens: int, timing: Timing) -> None:
         t0 = time.monotonic()
         if not self.overlap:
             batch, rewards = self.sample(prompts, answers, samples, new_tokens)
@@ -284,42 +309,64 @@ def main() -> int:
         if mode == "plain":
             runners[mode] = Plain(model_dir, lr=1e-5)
         else:
-            runners[mode] = Pipeline(model_dir, settings, lr=5e-4, lora_rank=args.lora_rank,
-                                     batched=mode != "mcp-rl-serial", overlap=mode == "mcp-rl-overlap",
-                                     workdir=work / mode)
+            runners[mode] = Pipeline(
+                model_dir,
+                settings,
+                lr=5e-4,
+                lora_rank=args.lora_rank,
+                batched=mode != "mcp-rl-serial",
+                overlap=mode == "mcp-rl-overlap",
+                workdir=work / mode,
+            )
     tok = next(iter(runners.values())).tok
-    print(f"bench: {model_dir.name}, {args.prompts} prompts x {args.samples} samples, up to {args.new_tokens} new "
-          f"tokens, torch threads {threads}, batching window {settings.local_batch_window_s:g} s; "
-          f"{args.steps} measured steps per mode after a warm-up, modes interleaved", flush=True)
+    print(
+        f"bench: {model_dir.name}, {args.prompts} prompts x {args.samples} samples, up to {args.new_tokens} new "
+        f"tokens, torch threads {threads}, batching window {settings.local_batch_window_s:g} s; "
+        f"{args.steps} measured steps per mode after a warm-up, modes interleaved",
+        flush=True,
+    )
     timings = {m: Timing() for m in modes}
     try:
         for step in range(args.steps + 1):
             items = problems(step, args.prompts)
-            prompts = [tok.encode(tok.apply_chat_template(build_messages(p), add_generation_prompt=True,
-                                                          tokenize=False), add_special_tokens=False)
-                       for p in items]
+            prompts = [
+                tok.encode(
+                    tok.apply_chat_template(build_messages(p), add_generation_prompt=True, tokenize=False),
+                    add_special_tokens=False,
+                )
+                for p in items
+            ]
             answers = [p["answer"] for p in items]
             for mode in modes:
                 timing = timings[mode] if step > 0 else Timing()  # step 0 warms up
                 runners[mode].step(prompts, answers, args.samples, args.new_tokens, timing)
                 label = "warm-up" if step == 0 else f"step {step}"
-                print(f"  {label:>8} {mode:<14} sample {timing.sample_s[-1]:6.2f} s  train {timing.train_s[-1]:6.2f} s"
-                      f"  wall {timing.wall_s[-1]:6.2f} s", flush=True)
+                print(
+                    f"  {label:>8} {mode:<14} sample {timing.sample_s[-1]:6.2f} s  train {timing.train_s[-1]:6.2f} s"
+                    f"  wall {timing.wall_s[-1]:6.2f} s",
+                    flush=True,
+                )
     finally:
         for runner in runners.values():
             if isinstance(runner, Pipeline):
                 runner.close()
-    print(f"{'mode':<14} {'seq/s':>7} {'sample s/step':>14} {'train s/step':>13} {'wall s/step':>12} "
-          f"{'median wall':>12} {'reward':>7}")
+    print(
+        f"{'mode':<14} {'seq/s':>7} {'sample s/step':>14} {'train s/step':>13} {'wall s/step':>12} "
+        f"{'median wall':>12} {'reward':>7}"
+    )
     for mode, t in timings.items():
-        print(f"{mode:<14} {t.per_second():>7.2f} {statistics.mean(t.sample_s):>14.2f} "
-              f"{statistics.mean(t.train_s):>13.2f} {statistics.mean(t.wall_s):>12.2f} "
-              f"{statistics.median(t.wall_s):>12.2f} {statistics.mean(t.reward):>7.2f}")
+        print(
+            f"{mode:<14} {t.per_second():>7.2f} {statistics.mean(t.sample_s):>14.2f} "
+            f"{statistics.mean(t.train_s):>13.2f} {statistics.mean(t.wall_s):>12.2f} "
+            f"{statistics.median(t.wall_s):>12.2f} {statistics.mean(t.reward):>7.2f}"
+        )
     for runner in runners.values():
         if isinstance(runner, Pipeline) and hasattr(runner.sampler, "stats_snapshot"):
             s = runner.sampler.stats_snapshot()
-            print(f"{runner.name} sampler: {s.batches} batches, {s.requests / max(1, s.batches):.1f} requests per batch "
-                  f"(largest {s.largest})")
+            print(
+                f"{runner.name} sampler: {s.batches} batches, {s.requests / max(1, s.batches):.1f} requests per batch "
+                f"(largest {s.largest})"
+            )
     ok = True
     if "plain" in timings:
         base = timings["plain"].per_second()

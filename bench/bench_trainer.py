@@ -24,11 +24,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
+import yaml
 
-from mcp_rl.models import resolve_model  # noqa: E402
-from mcp_rl.settings import Settings, configs_dir  # noqa: E402
-from tests.trainer.run_harness import LocalRun, arithmetic_run_config  # noqa: E402
+from mcp_rl.models import resolve_model
+from mcp_rl.settings import Settings, configs_dir
+from tests.trainer.run_harness import LocalRun, arithmetic_run_config
 
 REQUIRED_GAIN = 0.25
 TARGET_REWARD = 0.8  # 5-step mean
@@ -52,14 +52,24 @@ def main() -> int:
     model_dir = resolve_model(settings, options["base_model"])
     work = Path(tempfile.mkdtemp(prefix="mcp-rl-bench-"))
     config = arithmetic_run_config(
-        work / "run", model_dir, num_steps=args.steps, batch_size=args.batch_size, group_size=args.group_size,
-        learning_rate=args.lr, lora_rank=args.lora_rank, max_batches_offpolicy=args.offpolicy,
+        work / "run",
+        model_dir,
+        num_steps=args.steps,
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+        learning_rate=args.lr,
+        lora_rank=args.lora_rank,
+        max_batches_offpolicy=args.offpolicy,
         max_num_workers=args.workers,
-        save_checkpoint_interval=options.get("save_checkpoint_interval", 0), run_id="bench",
+        save_checkpoint_interval=options.get("save_checkpoint_interval", 0),
+        run_id="bench",
     )
-    print(f"bench: arithmetic, local backend, model {model_dir.name}, {args.steps} steps, batch {args.batch_size} "
-          f"(groups of {args.group_size}), LoRA rank {args.lora_rank}, lr {args.lr:g}, "
-          f"max_batches_offpolicy {args.offpolicy}, max_num_workers {args.workers}", flush=True)
+    print(
+        f"bench: arithmetic, local backend, model {model_dir.name}, {args.steps} steps, batch {args.batch_size} "
+        f"(groups of {args.group_size}), LoRA rank {args.lora_rank}, lr {args.lr:g}, "
+        f"max_batches_offpolicy {args.offpolicy}, max_num_workers {args.workers}",
+        flush=True,
+    )
     started = time.monotonic()
     run_started = time.time()  # metrics lines carry wall-clock times
     try:
@@ -78,26 +88,38 @@ def main() -> int:
         return 1
     print("step  reward/mean  train/loss  logprobs/diff  sec/step  wait_for_batch  sampler batches  requests/batch")
     for m in metrics:
-        print(f"{m['step']:>4}  {m['reward/mean']:>11.3f}  {m['train/loss']:>10.3f}  {m.get('logprobs/diff', 0.0):>13.4f}"
-              f"  {m['time/step_seconds']:>8.2f}  {m['time/wait_for_batch']:>14.2f}"
-              f"  {m.get('sampler/batches', 0):>15}  {m.get('sampler/requests_per_batch', 0.0):>14.1f}")
+        print(
+            f"{m['step']:>4}  {m['reward/mean']:>11.3f}  {m['train/loss']:>10.3f}  {m.get('logprobs/diff', 0.0):>13.4f}"
+            f"  {m['time/step_seconds']:>8.2f}  {m['time/wait_for_batch']:>14.2f}"
+            f"  {m.get('sampler/batches', 0):>15}  {m.get('sampler/requests_per_batch', 0.0):>14.1f}"
+        )
     per_step = [m["time/step_seconds"] + m["time/wait_for_batch"] for m in metrics[1:]]
     rewards = [m["reward/mean"] for m in metrics]
     first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     print(f"seconds per step (train only): mean {statistics.mean(m['time/step_seconds'] for m in metrics):.2f}")
-    print(f"seconds per step (incl. waiting for rollouts, steps 2..): mean {statistics.mean(per_step):.2f}, "
-          f"median {statistics.median(per_step):.2f}; wall clock {wall:.0f} s")
+    print(
+        f"seconds per step (incl. waiting for rollouts, steps 2..): mean {statistics.mean(per_step):.2f}, "
+        f"median {statistics.median(per_step):.2f}; wall clock {wall:.0f} s"
+    )
     print("reward curve: " + " ".join(f"{r:.2f}" for r in rewards))
     print(f"mean reward first 5 steps: {first:.3f}")
     print(f"mean reward last 5 steps:  {last:.3f}")
     print(f"gain: {last - first:+.3f} (required >= {REQUIRED_GAIN})")
-    reached = next((i for i in range(WINDOW - 1, len(rewards))
-                    if statistics.mean(rewards[i - WINDOW + 1 : i + 1]) >= TARGET_REWARD), None)
+    reached = next(
+        (
+            i
+            for i in range(WINDOW - 1, len(rewards))
+            if statistics.mean(rewards[i - WINDOW + 1 : i + 1]) >= TARGET_REWARD
+        ),
+        None,
+    )
     if reached is None:
         print(f"{WINDOW}-step mean reward never reached {TARGET_REWARD} in {len(rewards)} steps")
     else:
-        print(f"{WINDOW}-step mean reward >= {TARGET_REWARD} at step {metrics[reached]['step']}: "
-              f"{metrics[reached]['time'] - run_started:.0f} s after the run started (model load included)")
+        print(
+            f"{WINDOW}-step mean reward >= {TARGET_REWARD} at step {metrics[reached]['step']}: "
+            f"{metrics[reached]['time'] - run_started:.0f} s after the run started (model load included)"
+        )
     if last - first < REQUIRED_GAIN:
         print("FAIL: learning did not show")
         return 1

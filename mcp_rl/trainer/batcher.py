@@ -153,7 +153,8 @@ class BatchingSampler(Sampler):
             for item in [p for p in self._pending if p.abandoned()]:
                 self._pending.remove(item)
                 item.future.set_exception(RequestAbandoned("the client left before sampling began"))
-            batch, total = [], 0
+            batch: list[_Pending] = []
+            total = 0
             while self._pending:
                 n = max(1, self._pending[0].request.n)
                 if batch and total + n > self.max_sequences:
@@ -183,8 +184,7 @@ class BatchingSampler(Sampler):
                 batch[0].future.set_exception(exc)
                 return
             # One bad request must not fail the others: each is tried on its own.
-            log.warning("a batch of %d sampling requests failed; sampling them one by one", len(batch),
-                        exc_info=True)
+            log.warning("a batch of %d sampling requests failed; sampling them one by one", len(batch), exc_info=True)
             for item in batch:
                 self._run([item])
             return
@@ -204,5 +204,6 @@ class BatchingSampler(Sampler):
 
 def batching_sampler(backend: BatchSampling, settings: Settings) -> BatchingSampler:
     """The local sampler as the trainer serves it (the bench builds it the same way)."""
-    return BatchingSampler(backend, window_s=settings.local_batch_window_s,
-                           max_sequences=settings.local_batch_max_sequences)
+    return BatchingSampler(
+        backend, window_s=settings.local_batch_window_s, max_sequences=settings.local_batch_max_sequences
+    )

@@ -96,11 +96,20 @@ class InferenceService:
         return self.sampler.tokenizer
 
     def _decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return str(self.tokenizer.decode(tokens, skip_special_tokens=True))
 
-    def _sample(self, prompt: list[int], *, n: int, max_tokens: int | None, temperature: float,
-                top_p: float, stop: list[str], stop_token_ids: list[int] | None = None,
-                seed: int | None = None) -> list[SampledSequence]:
+    def _sample(
+        self,
+        prompt: list[int],
+        *,
+        n: int,
+        max_tokens: int | None,
+        temperature: float,
+        top_p: float,
+        stop: list[str],
+        stop_token_ids: list[int] | None = None,
+        seed: int | None = None,
+    ) -> list[SampledSequence]:
         if not prompt:
             raise ValueError("the prompt is empty")
         if n < 1 or n > 256:
@@ -161,15 +170,22 @@ class InferenceService:
     # --- OpenAI /v1/completions ------------------------------------------------------------
     def completions(self, req: CompletionRequest) -> dict[str, Any]:
         if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int):
-            prompt = [int(t) for t in req.prompt]  # type: ignore[union-attr]
+            prompt = [int(t) for t in req.prompt]
         elif isinstance(req.prompt, list):
             if len(req.prompt) != 1:
                 raise ValueError("only one prompt per request is supported")
             prompt = list(self.tokenizer.encode(str(req.prompt[0]), add_special_tokens=False))
         else:
             prompt = list(self.tokenizer.encode(req.prompt, add_special_tokens=False))
-        seqs = self._sample(prompt, n=req.n, max_tokens=req.max_tokens, temperature=req.temperature,
-                            top_p=req.top_p, stop=_stops(req.stop), seed=req.seed)
+        seqs = self._sample(
+            prompt,
+            n=req.n,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop=_stops(req.stop),
+            seed=req.seed,
+        )
         choices = []
         for i, seq in enumerate(seqs):
             choice: dict[str, Any] = {"index": i, "text": self._decode(seq.tokens), "finish_reason": seq.finish_reason}
@@ -203,8 +219,15 @@ class InferenceService:
         messages = [{"role": m.get("role", "user"), "content": _content_text(m.get("content"))} for m in req.messages]
         prompt = chat_prompt_tokens(self.tokenizer, messages)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        seqs = self._sample(prompt, n=req.n, max_tokens=max_tokens, temperature=req.temperature,
-                            top_p=req.top_p, stop=_stops(req.stop), seed=req.seed)
+        seqs = self._sample(
+            prompt,
+            n=req.n,
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop=_stops(req.stop),
+            seed=req.seed,
+        )
         choices = []
         for i, seq in enumerate(seqs):
             choice: dict[str, Any] = {
@@ -217,8 +240,15 @@ class InferenceService:
                 content = []
                 for tok, lp in zip(seq.tokens, seq.logprobs, strict=True):
                     piece = self.tokenizer.decode([tok])
-                    content.append({"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8")),
-                                    "top_logprobs": [], "token_id": tok})
+                    content.append(
+                        {
+                            "token": piece,
+                            "logprob": lp,
+                            "bytes": list(piece.encode("utf-8")),
+                            "top_logprobs": [],
+                            "token_id": tok,
+                        }
+                    )
                 choice["logprobs"] = {"content": content}
             choices.append(choice)
         return {
@@ -294,8 +324,11 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
 
     @app.get("/health")
     def health() -> JSONResponse:
-        body = {"status": "ok" if service.ready.is_set() else "loading", "model": service.sampler.model_name,
-                "ready": service.ready.is_set()}
+        body = {
+            "status": "ok" if service.ready.is_set() else "loading",
+            "model": service.sampler.model_name,
+            "ready": service.ready.is_set(),
+        }
         if extra_health is not None:
             body.update(extra_health())
         return JSONResponse(body, status_code=200 if service.ready.is_set() else 503)
@@ -323,7 +356,8 @@ async def _watch_disconnect(request: Request, gone: threading.Event, interval_s:
     """Set `gone` when the client disconnects (cancelled once the request is answered)."""
     import asyncio
 
-    while not await request.is_disconnected():
+    # Starlette offers no disconnect event for a request whose body was read: poll it.
+    while not await request.is_disconnected():  # noqa: ASYNC110
         await asyncio.sleep(interval_s)
     gone.set()
 
@@ -335,8 +369,7 @@ class ServerThread:
     def __init__(self, app: Any, host: str, port: int) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                lifespan="off")
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="inference-server", daemon=True)
         self.host, self.port = host, port
@@ -348,7 +381,9 @@ class ServerThread:
             if not self.thread.is_alive():
                 raise RuntimeError(f"the inference server could not start on {self.host}:{self.port} (port in use?)")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the inference server did not start on {self.host}:{self.port} in {timeout_s:.0f} s")
+                raise RuntimeError(
+                    f"the inference server did not start on {self.host}:{self.port} in {timeout_s:.0f} s"
+                )
             time.sleep(0.05)
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -70,7 +70,9 @@ def logprob_metrics(examples: list[TrainingExample], result: ForwardBackwardResu
         out["logprobs/abs_diff"] = sum(abs(a - b) for a, b in zip(sampled, trained, strict=True)) / len(sampled)
         # The GEM recipe's names: sample-vs-train KL estimates and the sampled tokens' entropy.
         out["train/kl_sample_train_v1"] = out["logprobs/diff"]
-        out["train/kl_sample_train_v2"] = 0.5 * sum((a - b) ** 2 for a, b in zip(sampled, trained, strict=True)) / len(sampled)
+        out["train/kl_sample_train_v2"] = (
+            0.5 * sum((a - b) ** 2 for a, b in zip(sampled, trained, strict=True)) / len(sampled)
+        )
         out["sampler/token_entropy"] = -out["logprobs/mean"]
     elif trained:
         # No sampler logprobs (an OpenAI-type server): the trainer's own are the only ones.
@@ -230,9 +232,11 @@ class Trainer:
             self.batcher = sampler = batching_sampler(self.backend, self.settings)
             concurrency = self.batcher.max_requests
         service = InferenceService(sampler, ready=self.ready)
-        app = build_app(service, extra_health=lambda: {"trainer_step": self.recorder.status.step,
-                                                        "phase": self.recorder.status.phase},
-                        sampling_concurrency=concurrency)
+        app = build_app(
+            service,
+            extra_health=lambda: {"trainer_step": self.recorder.status.step, "phase": self.recorder.status.phase},
+            sampling_concurrency=concurrency,
+        )
         self.server = ServerThread(app, "127.0.0.1", port)
         self.server.start()
         log.info("inference server on http://127.0.0.1:%d", port)
@@ -267,8 +271,9 @@ class Trainer:
     async def _train(self, client: AtroposClient, start_step: int) -> bool:
         """True when every step ran; False when stopped early."""
         assert self.backend is not None
-        adam = AdamParams(learning_rate=self.t.learning_rate, beta1=self.t.adam_beta1,
-                          beta2=self.t.adam_beta2, eps=self.t.adam_eps)
+        adam = AdamParams(
+            learning_rate=self.t.learning_rate, beta1=self.t.adam_beta1, beta2=self.t.adam_beta2, eps=self.t.adam_eps
+        )
         for step in range(start_step + 1, self.t.num_steps + 1):
             if self.stop.is_set():
                 return False
@@ -287,8 +292,14 @@ class Trainer:
             line = self.recorder.metrics(step, metrics)
             self.recorder.update(step=step)
             self._log_wandb(step, line)
-            log.info("step %d/%d reward/mean=%.3f loss=%.4f %.1fs", step, self.t.num_steps,
-                     metrics[REWARD_KEY], metrics[LOSS_KEY], metrics[STEP_SECONDS_KEY])
+            log.info(
+                "step %d/%d reward/mean=%.3f loss=%.4f %.1fs",
+                step,
+                self.t.num_steps,
+                metrics[REWARD_KEY],
+                metrics[LOSS_KEY],
+                metrics[STEP_SECONDS_KEY],
+            )
             interval = self.t.save_checkpoint_interval
             if interval and step % interval == 0 and step < self.t.num_steps:
                 self.recorder.update(phase=TrainerPhase.SAVING)

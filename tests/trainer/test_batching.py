@@ -34,8 +34,10 @@ class FakeBatchBackend:
             assert self.gate.wait(5)
         if self.fail_on is not None and any(r.prompt_tokens[-1] == self.fail_on for r in requests):
             raise ValueError(f"bad prompt {self.fail_on}")
-        return [[SampledSequence(tokens=[r.prompt_tokens[-1]], logprobs=[-0.5], finish_reason="stop")] * r.n
-                for r in requests]
+        return [
+            [SampledSequence(tokens=[r.prompt_tokens[-1]], logprobs=[-0.5], finish_reason="stop")] * r.n
+            for r in requests
+        ]
 
 
 def wait_until(condition: Any, timeout_s: float = 5.0) -> bool:
@@ -53,7 +55,7 @@ def sample_concurrently(sampler: BatchingSampler, prompts: list[int], n: int = 1
     def one(p: int) -> None:
         try:
             results[p] = sampler.sample(SamplingRequest(prompt_tokens=[p], n=n))
-        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+        except Exception as exc:
             results[p] = exc
 
     threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
@@ -160,8 +162,10 @@ def backend(default_model: Path):
 
 
 def chat(backend, question: str) -> list[int]:
-    messages = [{"role": "system", "content": "You are a calculator. Reply with only the result."},
-                {"role": "user", "content": question}]
+    messages = [
+        {"role": "system", "content": "You are a calculator. Reply with only the result."},
+        {"role": "user", "content": question},
+    ]
     text = backend.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return backend.tokenizer.encode(text, add_special_tokens=False)
 
@@ -173,10 +177,16 @@ def test_a_batch_samples_what_each_request_samples_alone(backend):
     # Prompts of different lengths (left padding), different n and max_tokens, one stop string.
     requests = [
         SamplingRequest(prompt_tokens=chat(backend, "3 + 4"), n=2, max_tokens=6, temperature=0.0),
-        SamplingRequest(prompt_tokens=chat(backend, "What is 12 times 11? Think step by step."), n=3,
-                        max_tokens=9, temperature=0.0),
-        SamplingRequest(prompt_tokens=backend.tokenizer.encode("The capital of France is"), n=1,
-                        max_tokens=12, temperature=0.0, stop=["."]),
+        SamplingRequest(
+            prompt_tokens=chat(backend, "What is 12 times 11? Think step by step."), n=3, max_tokens=9, temperature=0.0
+        ),
+        SamplingRequest(
+            prompt_tokens=backend.tokenizer.encode("The capital of France is"),
+            n=1,
+            max_tokens=12,
+            temperature=0.0,
+            stop=["."],
+        ),
     ]
     backend.prompt_cache = PromptCache()
     alone = [backend.sample(r) for r in requests]
@@ -294,14 +304,16 @@ def test_a_request_whose_client_left_while_queued_is_never_sampled():
     backend = FakeBatchBackend(gate=gate)
     backend.tokenizer = FakeTokenizer()
     sampler = BatchingSampler(backend, window_s=0.0, max_sequences=4)
-    server = ServerThread(build_app(InferenceService(sampler), sampling_concurrency=sampler.max_requests),
-                          "127.0.0.1", free_port())
+    server = ServerThread(
+        build_app(InferenceService(sampler), sampling_concurrency=sampler.max_requests), "127.0.0.1", free_port()
+    )
     server.start()
     url = f"http://127.0.0.1:{server.port}/generate"
     try:
         first: dict[str, Any] = {}
-        held = threading.Thread(target=lambda: first.update(
-            reply=httpx.post(url, json={"input_ids": [1]}, timeout=10).json()))
+        held = threading.Thread(
+            target=lambda: first.update(reply=httpx.post(url, json={"input_ids": [1]}, timeout=10).json())
+        )
         held.start()
         assert backend.entered.wait(5)
         # This client gives up while its request waits behind the first batch.

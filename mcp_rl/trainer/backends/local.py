@@ -167,8 +167,9 @@ class LocalBackend(TrainingBackend):
         # already carry their rotary positions, so padding changes nothing a row attends to).
         attention = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long().to(self.device)
         positions = lengths.to(self.device)[:, None]
-        generators = [self._generator if r.seed is None else torch.Generator(device="cpu").manual_seed(r.seed)
-                      for r in requests]
+        generators = [
+            self._generator if r.seed is None else torch.Generator(device="cpu").manual_seed(r.seed) for r in requests
+        ]
         stop_ids = [set(self.eos_ids) | set(r.stop_token_ids) for r in requests]
         tokens: list[list[int]] = [[] for _ in row_request]
         logprobs: list[list[float]] = [[] for _ in row_request]
@@ -187,19 +188,35 @@ class LocalBackend(TrainingBackend):
                 live = [live[i] for i in keep]
             last = torch.tensor([tokens[r][-1] if tokens[r] else 0 for r in live], device=self.device)[:, None]
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
-            out = self.model(input_ids=last, past_key_values=past, use_cache=True,
-                             attention_mask=attention if padded else None, position_ids=positions)
+            out = self.model(
+                input_ids=last,
+                past_key_values=past,
+                use_cache=True,
+                attention_mask=attention if padded else None,
+                position_ids=positions,
+            )
             positions = positions + 1
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
-        seqs = [SampledSequence(tokens=t, logprobs=lp, finish_reason=d or "length")  # type: ignore[arg-type]
-                for t, lp, d in zip(tokens, logprobs, done, strict=True)]
+        seqs = [
+            SampledSequence(tokens=t, logprobs=lp, finish_reason=d or "length")  # type: ignore[arg-type]
+            for t, lp, d in zip(tokens, logprobs, done, strict=True)
+        ]
         starts = [sum(counts[:j]) for j in range(len(counts))]
         return [seqs[start : start + c] for start, c in zip(starts, counts, strict=True)]
 
-    def _step_rows(self, requests: list[SamplingRequest], generators: list[Any], stop_ids: list[set[int]],
-                   row_request: list[int], live: list[int], logits: Any, tokens: list[list[int]],
-                   logprobs: list[list[float]], done: list[str | None]) -> None:
+    def _step_rows(
+        self,
+        requests: list[SamplingRequest],
+        generators: list[Any],
+        stop_ids: list[set[int]],
+        row_request: list[int],
+        live: list[int],
+        logits: Any,
+        tokens: list[list[int]],
+        logprobs: list[list[float]],
+        done: list[str | None],
+    ) -> None:
         """Pick the next token of every live row (each request with its own temperature, top_p
         and generator) and record it with its logprob under the unscaled distribution."""
         torch = self._torch
@@ -224,15 +241,20 @@ class LocalBackend(TrainingBackend):
                     done[r] = "length"
 
     @staticmethod
-    def _rows_to_keep(requests: list[SamplingRequest], row_request: list[int], live: list[int],
-                      done: list[str | None]) -> list[int] | None:
+    def _rows_to_keep(
+        requests: list[SamplingRequest], row_request: list[int], live: list[int], done: list[str | None]
+    ) -> list[int] | None:
         """Batch positions worth decoding on, or None to keep the batch as it is. Dropping rows
         copies the whole KV cache, so it waits until a quarter of the rows are finished. The
         rows of a seeded request stay until all of them are done: its generator then draws
         exactly as it would for that request alone."""
-        finished = [bool(done[r]) and (requests[row_request[r]].seed is None
-                                        or all(done[q] for q in live if row_request[q] == row_request[r]))
-                    for r in live]
+        finished = [
+            bool(done[r])
+            and (
+                requests[row_request[r]].seed is None or all(done[q] for q in live if row_request[q] == row_request[r])
+            )
+            for r in live
+        ]
         if sum(finished) * 4 < len(live):
             return None
         return [i for i, f in enumerate(finished) if not f]
@@ -316,8 +338,9 @@ class LocalBackend(TrainingBackend):
             past = self._decoder(input_ids=torch.tensor([prefix], device=self.device), use_cache=True).past_key_values
             if b > 1:
                 past.batch_repeat_interleave(b)
-        hidden = self._decoder(input_ids=inputs, attention_mask=attention, past_key_values=past,
-                               use_cache=past is not None).last_hidden_state
+        hidden = self._decoder(
+            input_ids=inputs, attention_mask=attention, past_key_values=past, use_cache=past is not None
+        ).last_hidden_state
         # Only trained positions need the vocabulary projection (the costly part of a small model).
         logits = self.model.get_output_embeddings()(hidden[trained]).float()
         picked = torch.log_softmax(logits, dim=-1).gather(1, targets[trained][:, None])[:, 0]
@@ -430,10 +453,12 @@ def _merge_caches(caches: list[Any], counts: list[int], width: int) -> Any:
     for index, layer in enumerate(merged.layers):
         parts = [(c.layers[index].keys, c.layers[index].values) for c in caches]
         pads = [width - k.shape[-2] for k, _ in parts]
-        layer.keys = torch.cat([F.pad(k, (0, 0, p, 0)).expand(n, -1, -1, -1)
-                                for (k, _), p, n in zip(parts, pads, counts, strict=True)])
-        layer.values = torch.cat([F.pad(v, (0, 0, p, 0)).expand(n, -1, -1, -1)
-                                  for (_, v), p, n in zip(parts, pads, counts, strict=True)])
+        layer.keys = torch.cat(
+            [F.pad(k, (0, 0, p, 0)).expand(n, -1, -1, -1) for (k, _), p, n in zip(parts, pads, counts, strict=True)]
+        )
+        layer.values = torch.cat(
+            [F.pad(v, (0, 0, p, 0)).expand(n, -1, -1, -1) for (_, v), p, n in zip(parts, pads, counts, strict=True)]
+        )
     return merged
 
 

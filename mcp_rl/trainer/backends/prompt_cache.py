@@ -35,7 +35,7 @@ def croppable(cache: Any) -> bool:
     from transformers.cache_utils import DynamicLayer
 
     layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    return layers is not None and bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 class PromptCache:
