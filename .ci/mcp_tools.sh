@@ -182,7 +182,7 @@ while True:
         time.sleep(0.1)
 EOF
 }
-free_port() { "$PY" -c "from mcp_rl.supervisor.ports import allocate_ports; print(allocate_ports(1)[0])"; }
+free_port() { "$PY" -c "from mcp_rl.ports import allocate_ports; print(allocate_ports(1)[0])"; }
 
 echo "MCP Inspector CLI over streamable HTTP with a bearer token"
 TOKEN=$("$PY" -c "import secrets; print(secrets.token_urlsafe(24))")
