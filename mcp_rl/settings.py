@@ -12,8 +12,11 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from mcp_rl.errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -37,6 +40,24 @@ def _paths(value: str | None) -> list[Path]:
     return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# A W&B look-up answers inside one tool call: at most this long, and at most half the budget.
+DEFAULT_WANDB_TIMEOUT_S = 8.0
+# The variable behind each bounded field, so a refused value is reported by the name the user set.
+ENV_NAMES = {
+    "tool_time_budget_s": "MCP_RL_TOOL_TIME_BUDGET",
+    "introspect_worker_idle_s": "MCP_RL_INTROSPECT_WORKER_IDLE",
+    "local_batch_window_s": "MCP_RL_LOCAL_BATCH_WINDOW",
+    "wandb_timeout_s": "MCP_RL_WANDB_TIMEOUT",
+    "api_ready_s": "MCP_RL_API_READY_TIMEOUT",
+    "trainer_ready_s": "MCP_RL_TRAINER_READY_TIMEOUT",
+    "env_ready_s": "MCP_RL_ENV_READY_TIMEOUT",
+    "heartbeat_timeout_s": "MCP_RL_HEARTBEAT_TIMEOUT",
+    "api_unresponsive_s": "MCP_RL_API_UNRESPONSIVE_TIMEOUT",
+    "stop_grace_s": "MCP_RL_STOP_GRACE",
+    "trainer_stop_grace_s": "MCP_RL_TRAINER_STOP_GRACE",
+}
+
 # Bounds of MCP_RL_WATCH_INTERVAL (values outside are clamped to them).
 MIN_WATCH_INTERVAL_S = 0.1
 MAX_WATCH_INTERVAL_S = 3600.0
@@ -54,9 +75,9 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError as exc:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
+        raise UserError(f"{name} must be a number of seconds, got {raw!r}") from exc
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds, got {raw!r}")
+        raise UserError(f"{name} must be a finite number of seconds, got {raw!r}")
     return value
 
 
@@ -67,9 +88,9 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     try:
         value = int(raw)
     except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+        raise UserError(f"{name} must be a whole number, got {raw!r}") from exc
     if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+        raise UserError(f"{name} must be at least {minimum}, got {value}")
     return value
 
 
@@ -79,8 +100,29 @@ def _ttl(env: Mapping[str, str], name: str, default: int) -> int | None:
     if value == 0:
         return None
     if value < 3600:
-        raise ValueError(f"{name} must be 0 (keep forever) or at least 3600 seconds, got {value}")
+        raise UserError(f"{name} must be 0 (keep forever) or at least 3600 seconds, got {value}")
     return value
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float | None:
+    """An optional number of seconds (None when unset: the reader's own default applies)."""
+    if not env.get(name, "").strip():
+        return None
+    return _float(env, name, 0.0)
+
+
+def _log_level(env: Mapping[str, str]) -> str:
+    value = env.get("MCP_RL_LOG_LEVEL", "").strip().upper() or "INFO"
+    if value not in LOG_LEVELS:
+        raise UserError(f"MCP_RL_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value
+
+
+def _problem(err: Any) -> str:
+    """A pydantic error as `MCP_RL_NAME: message` (the field's variable, where we know it)."""
+    field = str(err["loc"][0]) if err.get("loc") else ""
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return f"{ENV_NAMES.get(field, field)}: {message}" if field else message
 
 
 def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
@@ -136,12 +178,43 @@ class Settings(BaseModel):
     tinker_checkpoint_ttl_s: int | None = 7 * 24 * 3600
     # A local tokenizer folder for a Tinker model, instead of fetching it from the Hugging Face hub.
     tokenizer_path: Path | None = None
+    # Deadline of a W&B look-up in rl_get_results; None: `wandb_deadline_s` picks one in the budget.
+    wandb_timeout_s: float | None = Field(None, gt=0)
+    # Log level of the trainer and model-server processes.
+    log_level: str = "INFO"
+    # torch threads of the local trainer; 0: half the cores.
+    torch_threads: int = Field(0, ge=0)
+    # Supervisor deadlines (mcp_rl.supervisor.Policy); None keeps the policy's own default.
+    api_ready_s: float | None = Field(None, gt=0)
+    trainer_ready_s: float | None = Field(None, gt=0)
+    env_ready_s: float | None = Field(None, gt=0)
+    heartbeat_timeout_s: float | None = Field(None, gt=0)
+    api_unresponsive_s: float | None = Field(None, gt=0)
+    stop_grace_s: float | None = Field(None, gt=0)
+    trainer_stop_grace_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _wandb_within_budget(self) -> Settings:
+        if self.wandb_timeout_s is not None and self.wandb_timeout_s >= self.tool_time_budget_s:
+            raise ValueError(
+                f"MCP_RL_WANDB_TIMEOUT ({self.wandb_timeout_s:g} s) must be below MCP_RL_TOOL_TIME_BUDGET "
+                f"({self.tool_time_budget_s:g} s): the W&B look-up happens inside one tool call"
+            )
+        return self
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         home = Path(env.get("MCP_RL_HOME") or Path.home() / ".mcp-rl").expanduser()
         model = env.get("MCP_RL_MODEL")
+        try:
+            return cls._from_env(env, home, model)
+        except ValidationError as exc:
+            # One line per bad value, named as the user wrote it (not a pydantic traceback).
+            raise UserError("; ".join(_problem(err) for err in exc.errors())) from None
+
+    @classmethod
+    def _from_env(cls, env: Mapping[str, str], home: Path, model: str | None) -> Settings:
         return cls(
             home=home.resolve(),
             env_paths=_paths(env.get("MCP_RL_ENV_PATHS")),
@@ -169,6 +242,16 @@ class Settings(BaseModel):
             tinker_create_timeout_s=_float(env, "MCP_RL_TINKER_CREATE_TIMEOUT", 600.0),
             tinker_checkpoint_ttl_s=_ttl(env, "MCP_RL_TINKER_CHECKPOINT_TTL", 7 * 24 * 3600),
             tokenizer_path=Path(tok).expanduser().resolve() if (tok := env.get("MCP_RL_TOKENIZER_PATH")) else None,
+            wandb_timeout_s=_seconds(env, "MCP_RL_WANDB_TIMEOUT"),
+            log_level=_log_level(env),
+            torch_threads=_int(env, "MCP_RL_TORCH_THREADS", 0),
+            api_ready_s=_seconds(env, "MCP_RL_API_READY_TIMEOUT"),
+            trainer_ready_s=_seconds(env, "MCP_RL_TRAINER_READY_TIMEOUT"),
+            env_ready_s=_seconds(env, "MCP_RL_ENV_READY_TIMEOUT"),
+            heartbeat_timeout_s=_seconds(env, "MCP_RL_HEARTBEAT_TIMEOUT"),
+            api_unresponsive_s=_seconds(env, "MCP_RL_API_UNRESPONSIVE_TIMEOUT"),
+            stop_grace_s=_seconds(env, "MCP_RL_STOP_GRACE"),
+            trainer_stop_grace_s=_seconds(env, "MCP_RL_TRAINER_STOP_GRACE"),
         )
 
     # --- the state directory -------------------------------------------------------------
@@ -207,6 +290,13 @@ class Settings(BaseModel):
         if self.wandb_mode in ("disabled",):
             return False
         return self.wandb_api_key is not None or self.wandb_mode == "offline"
+
+    @property
+    def wandb_deadline_s(self) -> float:
+        """How long a W&B look-up may take: MCP_RL_WANDB_TIMEOUT, else 8 s within half the budget."""
+        if self.wandb_timeout_s is not None:
+            return self.wandb_timeout_s
+        return min(DEFAULT_WANDB_TIMEOUT_S, self.tool_time_budget_s / 2)
 
     @property
     def default_backend(self) -> str:

@@ -7,7 +7,6 @@ the local record lacks. Nothing here fails because of W&B.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from pydantic import BaseModel, Field
 from mcp_rl.errors import NotFound, clip, clip_message
 from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
-from mcp_rl.metrics.wandb_reader import DEFAULT_DEADLINE_S, WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
+from mcp_rl.metrics.wandb_reader import WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import RUN_FILE, TrainerPhase, is_run_id
 from mcp_rl.settings import Settings
@@ -99,7 +98,7 @@ def wandb_query(settings: Settings, run_id: str, config: RunConfig | None) -> Wa
         entity=(wb.entity if wb is not None else None) or settings.wandb_entity,
         group=(wb.group if wb is not None else None) or run_id,
         api_key=settings.wandb_api_key.get_secret_value() if settings.wandb_api_key else None,
-        timeout_s=float(os.environ.get("MCP_RL_WANDB_TIMEOUT") or DEFAULT_DEADLINE_S),
+        timeout_s=settings.wandb_deadline_s,
     )
 
 

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None, build: Callable[..., list[ProcessSpec]] 
         config = config.with_ports(api=api_port, inference=inference_port)
         config.dump(config_path)
         registry.update_run(run_id, api_port=api_port, inference_port=inference_port)
-        policy = Policy.from_env()
+        policy = Policy.from_settings(settings)
         specs = build(config, config_path, settings, policy)
     except Exception as exc:
         registry.transition(run_id, RunState.FAILED, f"supervisor could not prepare the run: {exc!r}")

@@ -84,7 +84,7 @@ def refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord
     """
     if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
         return run
-    _reconcile_run(registry, run, Policy.from_env(), background=settings)
+    _reconcile_run(registry, run, Policy.from_settings(settings), background=settings)
     return registry.get_run(run.run_id) or run
 
 
@@ -138,7 +138,7 @@ def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileRepo
     """Find active runs whose supervisor died: mark them failed (or stopped, if a stop was
     requested) and end their leftover process groups; also end processes still alive of runs
     that ended without their supervisor cleaning up. Cheap when nothing is wrong."""
-    policy = policy or Policy.from_env()
+    policy = policy or Policy.from_settings(settings)
     registry = registry_for(settings)
     active = registry.list_runs(ACTIVE_STATES)
     report = ReconcileReport(checked=len(active))

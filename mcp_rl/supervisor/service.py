@@ -432,7 +432,7 @@ def stop_run(
     """End a run: its supervisor stops env -> trainer -> API. Answers within `budget_s` (the tool
     time budget): what does not fit (a slow graceful stop, a supervisor that is gone or wedged)
     is finished by a detached stopper, and the answer says so."""
-    policy = policy or Policy.from_env()
+    policy = policy or Policy.from_settings(settings)
     budget = settings.tool_time_budget_s if budget_s is None else budget_s
     deadline = time.monotonic() + max(budget - STOP_ANSWER_MARGIN_S, budget / 2)
     registry = registry_for(settings)

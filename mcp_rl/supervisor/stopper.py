@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         except BlockingIOError:
             log.info("run %s: another stopper is at work; leaving it to that one", args.run_id)
             return 0
-        finish(registry, args.run_id, Policy.from_env(), args.cause)
+        finish(registry, args.run_id, Policy.from_settings(settings), args.cause)
     return 0
 
 

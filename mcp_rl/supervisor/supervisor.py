@@ -15,12 +15,11 @@ The environment exiting 0 is normal: it stops producing once enough batches are 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from pydantic import BaseModel
 
 from mcp_rl import processes
 from mcp_rl.rundir import TrainerPhase, TrainerStatus, read_trainer_status
+from mcp_rl.settings import Settings
 from mcp_rl.supervisor.readiness import Outcome, Probe, wait_ready
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState
@@ -38,13 +38,12 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 20
 
 
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    return float(raw) if raw else default
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 class Policy(BaseModel):
-    """Deadlines and periods of a supervisor. Overridable by MCP_RL_* environment variables."""
+    """Deadlines and periods of a supervisor. MCP_RL_* variables override them (via Settings)."""
 
     api_ready_s: float = 60.0
     # The first local run may convert the embedded model before serving.
@@ -61,17 +60,17 @@ class Policy(BaseModel):
     poll_s: float = 0.5
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
-        env = os.environ if env is None else env
-        defaults = cls()
+    def from_settings(cls, settings: Settings) -> Policy:
+        """The defaults, with what the user set (read and checked once, in Settings)."""
+        d = cls()
         return cls(
-            api_ready_s=_env_float(env, "MCP_RL_API_READY_TIMEOUT", defaults.api_ready_s),
-            trainer_ready_s=_env_float(env, "MCP_RL_TRAINER_READY_TIMEOUT", defaults.trainer_ready_s),
-            env_ready_s=_env_float(env, "MCP_RL_ENV_READY_TIMEOUT", defaults.env_ready_s),
-            heartbeat_timeout_s=_env_float(env, "MCP_RL_HEARTBEAT_TIMEOUT", defaults.heartbeat_timeout_s),
-            api_unresponsive_s=_env_float(env, "MCP_RL_API_UNRESPONSIVE_TIMEOUT", defaults.api_unresponsive_s),
-            stop_grace_s=_env_float(env, "MCP_RL_STOP_GRACE", defaults.stop_grace_s),
-            trainer_stop_grace_s=_env_float(env, "MCP_RL_TRAINER_STOP_GRACE", defaults.trainer_stop_grace_s),
+            api_ready_s=_or(settings.api_ready_s, d.api_ready_s),
+            trainer_ready_s=_or(settings.trainer_ready_s, d.trainer_ready_s),
+            env_ready_s=_or(settings.env_ready_s, d.env_ready_s),
+            heartbeat_timeout_s=_or(settings.heartbeat_timeout_s, d.heartbeat_timeout_s),
+            api_unresponsive_s=_or(settings.api_unresponsive_s, d.api_unresponsive_s),
+            stop_grace_s=_or(settings.stop_grace_s, d.stop_grace_s),
+            trainer_stop_grace_s=_or(settings.trainer_stop_grace_s, d.trainer_stop_grace_s),
         )
 
     def grace_for(self, name: str) -> float:

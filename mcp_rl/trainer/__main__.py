@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from mcp_rl.errors import UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 
@@ -22,16 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer", description="mcp-rl trainer")
     parser.add_argument("--config", required=True, type=Path, help="the run's run.yaml")
     args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=os.environ.get("MCP_RL_LOG_LEVEL", "INFO"),
+        level=settings.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     # One line per /batch poll would bury the step lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    # Nothing may be fetched from a hub at run time.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
-    trainer = Trainer(config, Settings.from_env(), make_backend)
+    trainer = Trainer(config, settings, make_backend)
     code = asyncio.run(trainer.run())
     # The outcome is on disk already. Leave without interpreter teardown: a daemon thread still
     # inside torch (an inference request in flight) would otherwise abort the exit (SIGABRT).

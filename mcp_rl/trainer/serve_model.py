@@ -30,13 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--served-name", default=None, help="the `model` name reported (default: the folder name)")
     args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=os.environ.get("MCP_RL_LOG_LEVEL", "INFO"),
+        level=settings.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from mcp_rl.trainer.inference_server import InferenceService, build_app
 
     try:
-        model_dir = resolve_model(Settings.from_env(), args.model)
+        model_dir = resolve_model(settings, args.model)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -124,8 +124,7 @@ async def test_results_while_wandb_is_unreachable_still_answer_with_a_note(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
-        monkeypatch.setenv("MCP_RL_WANDB_TIMEOUT", "4")
-        settings = Settings.from_env(make_env(home, WANDB_API_KEY="f" * 40))
+        settings = Settings.from_env(make_env(home, WANDB_API_KEY="f" * 40, MCP_RL_WANDB_TIMEOUT="4"))
         write_run(settings, "wboff", 12, wandb_enabled=True)
         started = time.perf_counter()
         async with Client(build_server(settings)) as client:

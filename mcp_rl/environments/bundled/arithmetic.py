@@ -13,11 +13,9 @@ smoke tests in `process` mode; the completion text is tokenized locally).
 
 from __future__ import annotations
 
-import os
 import random
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from atroposlib.envs.base import (
@@ -28,7 +26,9 @@ from atroposlib.envs.base import (
 )
 from pydantic import Field, model_validator
 
+from mcp_rl.models import default_model_dir
 from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
+from mcp_rl.settings import Settings
 
 SYSTEM_PROMPT = "You are a calculator. Reply with only the result."
 FEW_SHOT = (("3 + 4", "7"), ("12 + 5", "17"))
@@ -37,8 +37,7 @@ _ANSWER = re.compile(r"^\s*(-?\d+)\s*\.?\s*$")
 
 def default_tokenizer() -> str:
     """The embedded model's folder in the mcp-rl state dir (run.yaml always sets it anyway)."""
-    home = Path(os.environ.get("MCP_RL_HOME") or Path.home() / ".mcp-rl").expanduser()
-    return str(home / "models" / "SmolLM2-135M-Instruct")
+    return str(default_model_dir(Settings.from_env()))
 
 
 class ArithmeticEnvConfig(BaseEnvConfig):
