@@ -165,3 +165,52 @@ def test_the_import_checker_sees_an_unexplained_import() -> None:
         "    import yaml  # light, but explained\n"
     )
     assert uncommented_function_imports(source) == [6]
+
+
+def environment_reads(source: str) -> list[int]:
+    """Lines that read a variable from the process environment: `os.getenv(...)`,
+    `os.environ.get(...)`, `os.environ[...]` (loads). Copying the whole environment for a child
+    (`dict(os.environ)`) and setting a variable are not reads of our configuration."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = ast.unparse(node.func)
+            if target in ("os.getenv", "os.environ.get"):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            if ast.unparse(node.value) == "os.environ":
+                found.append(node.lineno)
+    return sorted(found)
+
+
+# Settings reads our configuration; gsm8k asks whether the user put the Hugging Face hub offline
+# (the hub's own variables, not ours). local.py: being reworked in parallel (MCP_RL_TORCH_THREADS
+# moves to Settings.torch_threads); remove it from this list when that lands.
+READS_THE_ENVIRONMENT = {
+    "mcp_rl/settings.py",
+    "mcp_rl/environments/bundled/gsm8k.py",
+    "mcp_rl/trainer/backends/local.py",
+}
+
+
+def test_every_environment_variable_is_read_in_settings() -> None:
+    reads = {
+        name: lines
+        for path in sorted(ROOT.rglob("*.py"))
+        if (name := str(path.relative_to(ROOT.parent))) not in READS_THE_ENVIRONMENT
+        if (lines := environment_reads(path.read_text(encoding="utf-8")))
+    }
+    assert reads == {}
+
+
+def test_the_environment_checker_sees_reads_and_not_copies() -> None:
+    source = (
+        "import os\n"
+        "a = os.environ.get('A')\n"
+        "b = os.getenv('B')\n"
+        "c = os.environ['C']\n"
+        "env = dict(os.environ)\n"
+        "os.environ['D'] = '1'\n"
+        "os.environ.setdefault('E', '1')\n"
+    )
+    assert environment_reads(source) == [2, 3, 4]
