@@ -16,9 +16,9 @@ from pathlib import Path
 from mcp_rl import processes
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import RunRecord
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from tests.conftest import REPO, make_env
+from tests.records import run_record
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 
@@ -44,17 +44,10 @@ def add_run(settings: Settings, run_id: str, supervisor: processes.ProcessIdenti
     run_dir = settings.runs_dir / run_id
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
-    now = time.time()
     registry.create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="arithmetic",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=now,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
+        run_record(
+            run_id,
+            run_dir,
             supervisor_pid=supervisor.pid if supervisor else None,
             supervisor_create_time=supervisor.create_time if supervisor else None,
         )

@@ -29,9 +29,10 @@ from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSetting
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.models import StopResult
-from mcp_rl.supervisor.registry import Registry, RunRecord
+from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import PROCESS_NAMES, ProcState, RunState, run_marker
 from tests.conftest import REPO, make_env
+from tests.records import run_record
 from tests.supervisor.helpers import Stranger, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -109,18 +110,8 @@ def start_run(settings: Settings, registry: Registry) -> StandinRun:
         trainer=TrainerSettings(base_model="stand-in", num_steps=1000, batch_size=2, group_size=2),
     )
     config.dump(run_dir / "run.yaml")
-    now = time.time()
     registry.create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="standin",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=now,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
-        ),
+        run_record(run_id, run_dir, environment="standin"),
         cause="test",
     )
     for name in PROCESS_NAMES:

@@ -14,6 +14,7 @@ from pathlib import Path
 from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings, WandbSettings
 from mcp_rl.rundir import CheckpointRecord, RunPaths, TrainerPhase, TrainerStatus
 from mcp_rl.settings import Settings
+from tests.records import run_record
 
 
 def reward_at(step: int, steps: int) -> float:
@@ -99,19 +100,7 @@ def write_run(
 
 def register(settings: Settings, run_id: str, run_dir: Path, state: str) -> None:
     """A registry row for the run, as the supervisor records it."""
-    from mcp_rl.supervisor.registry import Registry, RunRecord
+    from mcp_rl.supervisor.registry import Registry
     from mcp_rl.supervisor.states import RunState
 
-    now = time.time()
-    Registry(settings.state_db).create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="toy",
-            backend="local",
-            state=RunState(state),
-            created_at=now,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
-        )
-    )
+    Registry(settings.state_db).create_run(run_record(run_id, run_dir, environment="toy", state=RunState(state)))

@@ -8,8 +8,7 @@ import pytest
 
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import RunRecord
-from mcp_rl.supervisor.states import RunState
+from tests.records import run_record
 
 
 @pytest.fixture(params=["auto", "legacy"])
@@ -24,15 +23,4 @@ def record_run(settings: Settings, run_id: str, created_at: float | None = None)
     run_dir.mkdir(parents=True)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
     when = time.time() if created_at is None else created_at
-    service.registry_for(settings).create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="arithmetic",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=when,
-            updated_at=when,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
-        )
-    )
+    service.registry_for(settings).create_run(run_record(run_id, run_dir, created_at=when))

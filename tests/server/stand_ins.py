@@ -12,8 +12,8 @@ from subprocess import Popen
 from mcp_rl import processes
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import RunRecord
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
+from tests.records import run_record
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 # A trainer that ignores SIGTERM (as one saving a big checkpoint would): it takes its whole grace.
@@ -35,19 +35,7 @@ def stand_in_run(settings: Settings, run_id: str) -> list[Popen[bytes]]:
     (run_dir / "metrics.jsonl").write_text(
         "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s}) + "\n" for s in (1, 2, 3))
     )
-    now = time.time()
-    registry.create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="arithmetic",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=now,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
-        )
-    )
+    registry.create_run(run_record(run_id, run_dir))
     registry.transition(run_id, RunState.RUNNING, "all processes ready")
     marker = run_marker(str(run_dir))
     popens = []

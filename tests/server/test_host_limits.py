@@ -16,9 +16,9 @@ from mcp import Client
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import RunRecord
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import FIXTURES, make_env
+from tests.records import run_record
 
 pytestmark = pytest.mark.anyio
 GOOD = str(FIXTURES / "envs" / "good")
@@ -64,19 +64,7 @@ def _record_run(
             for s in range(1, steps + 1)
         )
     )
-    now = created_at or time.time()
-    registry.create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="counting",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=now,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
-        )
-    )
+    registry.create_run(run_record(run_id, run_dir, environment="counting", created_at=created_at))
     if state != RunState.STARTING:
         registry.transition(run_id, RunState.RUNNING, "all processes ready")
     if state == RunState.COMPLETED:

@@ -15,9 +15,10 @@ from mcp_rl import processes
 from mcp_rl.errors import NotFound
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import Registry, RunRecord
+from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
+from tests.records import run_record
 from tests.supervisor.helpers import Stranger, wait_for
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
@@ -39,17 +40,11 @@ def _add_run(
     run_dir = settings.runs_dir / run_id
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
-    now = created_at or time.time()
     registry.create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="arithmetic",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=now,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
+        run_record(
+            run_id,
+            run_dir,
+            created_at=created_at,
             supervisor_pid=supervisor.pid if supervisor else None,
             supervisor_create_time=supervisor.create_time if supervisor else None,
         )

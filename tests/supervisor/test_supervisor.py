@@ -14,9 +14,10 @@ import psutil
 
 from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.supervisor import readiness
-from mcp_rl.supervisor.registry import Registry, RunRecord
+from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec, RunSupervisor
+from tests.records import run_record
 from tests.supervisor.helpers import wait_for
 
 CHILD = str(Path(__file__).with_name("child.py"))
@@ -30,20 +31,8 @@ class Harness:
         self.done = tmp_path / "trainer.done"
         self.env_touched = tmp_path / "env.touched"
         self.api_port, self.inference_port = allocate_ports(2)
-        now = time.time()
         self.registry.create_run(
-            RunRecord(
-                run_id="r1",
-                environment="t",
-                backend="local",
-                state=RunState.STARTING,
-                created_at=now,
-                updated_at=now,
-                run_dir=str(tmp_path),
-                config_path=str(tmp_path / "run.yaml"),
-                api_port=self.api_port,
-                inference_port=self.inference_port,
-            )
+            run_record("r1", tmp_path, environment="t", api_port=self.api_port, inference_port=self.inference_port)
         )
         env = dict(os.environ)
         trainer_argv = [

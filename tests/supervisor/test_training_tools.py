@@ -14,9 +14,9 @@ from mcp import Client, MCPError
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import RunRecord
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import make_env
+from tests.records import run_record
 
 pytestmark = pytest.mark.anyio
 
@@ -41,18 +41,7 @@ def _completed_run(settings: Settings, run_id: str = "abc12345") -> Path:
         "".join(json.dumps({"step": s, "reward/mean": s / 10, "train/loss": 1 / s}) + "\n" for s in (1, 2, 3))
     )
     now = time.time()
-    registry.create_run(
-        RunRecord(
-            run_id=run_id,
-            environment="arithmetic",
-            backend="local",
-            state=RunState.STARTING,
-            created_at=now - 120,
-            updated_at=now,
-            run_dir=str(run_dir),
-            config_path=str(run_dir / "run.yaml"),
-        )
-    )
+    registry.create_run(run_record(run_id, run_dir, created_at=now - 120))
     registry.transition(run_id, RunState.RUNNING, "all processes ready")
     registry.transition(run_id, RunState.COMPLETED, "trainer finished step 3 of 3")
     return run_dir
