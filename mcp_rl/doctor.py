@@ -221,8 +221,9 @@ def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
     )
 
 
-def check_keys(env: Mapping[str, str]) -> Check:
-    shown = [f"{name} {'set' if env.get(name, '').strip() else 'not set'}" for name in SECRET_ENV_VARS]
+def check_keys(settings: Settings) -> Check:
+    held = (settings.tinker_api_key, settings.wandb_api_key, settings.openrouter_api_key, settings.http_token)
+    shown = [f"{name} {'not set' if key is None else 'set'}" for name, key in zip(SECRET_ENV_VARS, held)]
     return Check(
         name="keys",
         status=Status.OK,
@@ -459,7 +460,7 @@ def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = H
         check_model(settings),
         check_state_dir(settings),
         check_ports(http_port),
-        check_keys(env),
+        check_keys(settings),
     ]
     remote = [
         ("tinker", lambda: check_tinker(settings)),

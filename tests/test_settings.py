@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from mcp_rl.doctor import check_keys
 from mcp_rl.errors import UserError
-from mcp_rl.settings import Settings
+from mcp_rl.settings import SECRET_ENV_VARS, Settings
 from mcp_rl.supervisor.supervisor import Policy
 from tests.conftest import make_env
 
@@ -71,3 +72,11 @@ def test_serve_with_a_bad_value_exits_with_one_clear_line(home: Path) -> None:
         "mcp-rl serve: MCP_RL_STATUS_MIN_INTERVAL must be a number of seconds, got 'abc'"
     ]
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("name", ["TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN"])
+def test_doctor_names_each_key_that_is_set_from_settings(home: Path, name: str) -> None:
+    detail = check_keys(Settings.from_env(make_env(home, **{name: "s3cret-value"}))).detail
+    assert "s3cret" not in detail
+    for other in SECRET_ENV_VARS:
+        assert f"{other} {'set' if other == name else 'not set'}" in detail
