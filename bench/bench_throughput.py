@@ -302,7 +302,7 @@ def main() -> int:
 
     settings = Settings.from_env()
     model_dir = resolve_model(settings, "default")
-    threads = configure_torch_threads()
+    threads = configure_torch_threads(settings.torch_threads)
     work = Path(tempfile.mkdtemp(prefix="mcp-rl-bench-throughput-"))
     runners: dict[str, Any] = {}
     for mode in modes:

@@ -11,13 +11,17 @@ Sampling runs in a worker thread, so a long sample never blocks the server's eve
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
 import time
 from typing import Any
 
-from fastapi import Request
+import anyio
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
@@ -281,12 +285,6 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
     """The FastAPI app around `service`. `extra_health()` adds fields to /health.
     `sampling_concurrency` requests are sampled at once (1 for a local model; a remote service
     such as Tinker serves many, and serialising them puts every group behind network latency)."""
-    import asyncio
-
-    import anyio
-    from fastapi import FastAPI, HTTPException
-    from fastapi.responses import JSONResponse, Response
-
     app = FastAPI(title="mcp-rl inference", docs_url=None, redoc_url=None)
     gates: dict[str, asyncio.Semaphore] = {}
     limiters: dict[str, anyio.CapacityLimiter] = {}
@@ -354,8 +352,6 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
 
 async def _watch_disconnect(request: Request, gone: threading.Event, interval_s: float = 0.25) -> None:
     """Set `gone` when the client disconnects (cancelled once the request is answered)."""
-    import asyncio
-
     # Starlette offers no disconnect event for a request whose body was read: poll it.
     while not await request.is_disconnected():  # noqa: ASYNC110
         await asyncio.sleep(interval_s)
@@ -367,8 +363,6 @@ class ServerThread:
     SIGTERM stays with the trainer's main loop)."""
 
     def __init__(self, app: Any, host: str, port: int) -> None:
-        import uvicorn
-
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="inference-server", daemon=True)

@@ -354,6 +354,7 @@ class Trainer:
         if not settings.enabled:
             return
         try:
+            # wandb: imported only when the run logs to W&B (seconds of start-up otherwise)
             import wandb
 
             self.wandb_run = wandb.init(

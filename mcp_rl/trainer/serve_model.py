@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configure_torch_threads()
+    configure_torch_threads(settings.torch_threads)
     backend = LocalBackend(model_dir, train=False, seed=args.seed)
     if args.served_name:
         backend.model_name = args.served_name

@@ -19,7 +19,7 @@ def make_backend(config: RunConfig, settings: Settings) -> TrainingBackend:
         # Per backend: the local one loads torch; a Tinker run never imports it.
         from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
 
-        configure_torch_threads()
+        configure_torch_threads(settings.torch_threads)
         return LocalBackend(
             resolve_model(settings, t.base_model),
             lora_rank=t.lora_rank,

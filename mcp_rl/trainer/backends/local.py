@@ -37,17 +37,18 @@ STATE_FILE = "trainer_state.pt"
 ADAPTER_DIR = "adapter"
 
 
-def configure_torch_threads() -> int:
-    """Half the cores (at least one), or MCP_RL_TORCH_THREADS.
+def configure_torch_threads(threads: int = 0) -> int:
+    """`threads` (Settings.torch_threads, MCP_RL_TORCH_THREADS), or half the cores (at least one).
 
     A run shares the machine with its environment process and the Atropos API, and often with
     other runs. torch's default of one thread per core then oversubscribes the CPU, and its
     OpenMP threads wait on each other while descheduled: steps became 10x slower in measurements
     on a shared 2-core machine.
     """
+    # torch: only a local-backend process loads it (a Tinker trainer never does)
     import torch
 
-    wanted = int(os.environ.get("MCP_RL_TORCH_THREADS", "0") or 0) or max(1, (os.cpu_count() or 1) // 2)
+    wanted = threads or max(1, (os.cpu_count() or 1) // 2)
     torch.set_num_threads(wanted)
     return wanted
 
@@ -67,6 +68,7 @@ class LocalBackend(TrainingBackend):
         checkpoints_dir: Path | None = None,
         sample_beside_training: bool = False,
     ) -> None:
+        # torch and transformers: only a local-backend process loads them
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,6 +89,7 @@ class LocalBackend(TrainingBackend):
         model.eval()  # no dropout in sampling or training: sampler and trainer logprobs must agree
         self.trainable = train
         if train:
+            # peft: only when the model gets a LoRA adapter
             from peft import LoraConfig, get_peft_model
 
             targets = [t for t in LORA_TARGETS if any(n.endswith(t) for n, _ in model.named_modules())]
@@ -401,6 +404,7 @@ class LocalBackend(TrainingBackend):
 
     def save_state(self, name: str) -> str:
         torch = self._torch
+        # peft: only a local-backend process loads it
         from peft import get_peft_model_state_dict
 
         folder = self._checkpoint_folder(name)
@@ -425,6 +429,7 @@ class LocalBackend(TrainingBackend):
 
     def load_state(self, path: str) -> None:
         torch = self._torch
+        # peft: only a local-backend process loads it
         from peft import set_peft_model_state_dict
 
         state_file = Path(path) / STATE_FILE
@@ -446,6 +451,7 @@ def _merge_caches(caches: list[Any], counts: list[int], width: int) -> Any:
     """One batched cache from caches of batch one: cache i repeated counts[i] times (one row per
     sample) and left-padded with zeros to `width` positions (the attention mask hides them).
     Reuses the first cache object."""
+    # torch: only a local-backend process loads it
     import torch
     import torch.nn.functional as F
 

@@ -32,6 +32,7 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def croppable(cache: Any) -> bool:
     """Only plain full-attention layers can be cut back to a prefix (a sliding-window or
     linear-attention layer has already forgotten or folded the tokens before its window)."""
+    # transformers: only a local-backend process loads it
     from transformers.cache_utils import DynamicLayer
 
     layers = getattr(cache, "layers", None)
