@@ -1,5 +1,6 @@
 import json
 import multiprocessing
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,20 @@ from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, make_env
 
 
+@pytest.fixture(scope="module")
+def introspected(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The introspection cache after one select of `counting` (a child importing atroposlib, ~3 s)."""
+    home = tmp_path_factory.mktemp("warm-home")
+    EnvironmentService(Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good")))).select(
+        "counting"
+    )
+    return home / "cache"
+
+
 @pytest.fixture
-def service(home: Path) -> EnvironmentService:
+def service(home: Path, introspected: Path) -> EnvironmentService:
+    # The cache is keyed by the environment's files, not the home: each test selects from it.
+    shutil.copytree(introspected, home / "cache", dirs_exist_ok=True)
     settings = Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good")))
     svc = EnvironmentService(settings)
     svc.select("counting")
@@ -101,7 +114,8 @@ def test_build_run_config_merges_layers(service):
     assert bound.openai[0]["base_url"] == "http://127.0.0.1:4101/v1"
 
 
-def test_no_secret_in_run_config(home: Path, tmp_path: Path):
+def test_no_secret_in_run_config(home: Path, tmp_path: Path, introspected: Path):
+    shutil.copytree(introspected, home / "cache", dirs_exist_ok=True)
     secret = "sk-very-secret-value"
     settings = Settings.from_env(
         make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"), TINKER_API_KEY=secret, WANDB_API_KEY=secret)
@@ -119,7 +133,8 @@ def test_no_secret_in_run_config(home: Path, tmp_path: Path):
     assert run.env["tokenizer_name"] == run.trainer.base_model and run.trainer.tokenizer_path is None
 
 
-def test_a_local_tokenizer_for_tinker_reaches_trainer_and_environment(home: Path, tmp_path: Path):
+def test_a_local_tokenizer_for_tinker_reaches_trainer_and_environment(home: Path, tmp_path: Path, introspected: Path):
+    shutil.copytree(introspected, home / "cache", dirs_exist_ok=True)
     settings = Settings.from_env(
         make_env(
             home,

@@ -21,11 +21,19 @@ def by_name(report) -> dict:
     return {c.name: c for c in report.checks}
 
 
-def test_clean_machine_is_ready_offline(home: Path, model_dir: Path) -> None:
-    checks = by_name(run_checks(make_env(home), offline=True))
+def a_model_folder(tmp_path: Path) -> Path:
+    """What the doctor checks of a model folder (config.json), without converting the real one."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_clean_machine_is_ready_offline(home: Path, tmp_path: Path) -> None:
+    checks = by_name(run_checks(make_env(home, MCP_RL_MODEL=str(a_model_folder(tmp_path))), offline=True))
     assert checks["python"].status == Status.OK
     assert checks["packages (core)"].status == Status.OK and "mcp 2.3.0" in checks["packages (core)"].detail
-    assert checks["default model"].status == Status.OK  # the shared converted model (MCP_RL_MODEL)
+    assert checks["default model"].status == Status.OK
     assert checks["state directory"].status == Status.OK and str(home) in checks["state directory"].detail
     assert {checks[n].status for n in ("tinker", "wandb", "openrouter")} == {Status.SKIP}
     assert "TINKER_API_KEY not set" in checks["keys"].detail
@@ -100,8 +108,13 @@ def test_busy_http_port_is_a_warning() -> None:
     assert check.status == Status.WARN and "--port" in check.fix
 
 
-def test_cli_exit_code_and_no_secret_in_output(home: Path, model_dir: Path) -> None:
-    env = make_env(home, TINKER_API_KEY="sk-secret-never-shown", MCP_RL_TOKEN="tok-never-shown")
+def test_cli_exit_code_and_no_secret_in_output(home: Path, tmp_path: Path) -> None:
+    env = make_env(
+        home,
+        TINKER_API_KEY="sk-secret-never-shown",
+        MCP_RL_TOKEN="tok-never-shown",
+        MCP_RL_MODEL=str(a_model_folder(tmp_path)),
+    )
     env["PATH"] = os.environ.get("PATH", "")
     done = subprocess.run(
         [sys.executable, "-m", "mcp_rl", "doctor", "--offline"],

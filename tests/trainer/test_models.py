@@ -53,6 +53,7 @@ def test_a_finished_conversion_is_reused(tmp_path: Path) -> None:
     assert resolve_model(settings_for(tmp_path), "default") == target
 
 
+@pytest.mark.slow  # the real conversion (~20 s)
 def test_the_shared_default_is_a_standard_folder(model_dir: Path) -> None:
     folder = model_dir
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
