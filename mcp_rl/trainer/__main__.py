@@ -14,30 +14,19 @@ import os
 import sys
 from pathlib import Path
 
-from mcp_rl.errors import UserError
 from mcp_rl.runconfig import RunConfig
-from mcp_rl.settings import Settings
+from mcp_rl.trainer.process_setup import start_process
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.trainer", description="mcp-rl trainer")
     parser.add_argument("--config", required=True, type=Path, help="the run's run.yaml")
     args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    settings = start_process()
+    if settings is None:
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     # One line per /batch poll would bury the step lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     # After the variables above: the backends load torch, which reads them once, when it loads.
     from mcp_rl.trainer.backends import make_backend

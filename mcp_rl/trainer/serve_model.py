@@ -9,15 +9,13 @@ otherwise; stops on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 
 import uvicorn
 
 from mcp_rl.errors import UserError
 from mcp_rl.models import resolve_model
-from mcp_rl.settings import Settings
+from mcp_rl.trainer.process_setup import start_process
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,19 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--served-name", default=None, help="the `model` name reported (default: the folder name)")
     args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    settings = start_process()
+    if settings is None:
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Before torch is imported: idle OpenMP threads sleep instead of spinning on a shared CPU.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     # After the variables above: the local backend loads torch, which reads them once, when it loads.
     from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
