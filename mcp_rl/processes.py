@@ -162,6 +162,23 @@ def identify(pid: int) -> ProcessIdentity | None:
         return None
 
 
+def started_at(pid: int | None = None) -> float | None:
+    """When the process (this one by default) started, as Unix time, to the kernel's clock tick.
+
+    For timing start-ups: psutil's `create_time` adds the boot time, which Linux gives in whole
+    seconds, so it may be up to a second off `time.time()` (it stays right for telling processes
+    apart, as it is the same for every process). Here the process's age comes from the boot clock.
+    None where /proc does not say (then `create_time` is the best there is).
+    """
+    try:
+        stat = Path(f"/proc/{pid or 'self'}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks since boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time() - age
+
+
 def _same_start(actual: float, recorded: float) -> bool:
     return abs(actual - recorded) <= _CREATE_TIME_TOLERANCE_S
 

@@ -140,6 +140,16 @@ def check_phase_change(old: TrainerPhase | None, new: TrainerPhase | None) -> No
 
 
 # --- records ---------------------------------------------------------------------------------
+class TrainerStartup(BaseModel):
+    """Where the trainer's start-up went, in seconds (recorded once it serves inference)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    interpreter_s: float  # process created -> the trainer's main(): Python and mcp-rl's own imports
+    backend_s: float  # the backend built: torch/transformers imports, the model and adapter (local), a session (Tinker)
+    serve_s: float  # the inference server answering /health
+
+
 class TrainerStatus(BaseModel):
     """`trainer_status.json`. The trainer writes every field; a reader gets None for what the
     file does not hold (or holds with the wrong type) and keeps keys it does not know (a newer
@@ -158,6 +168,7 @@ class TrainerStatus(BaseModel):
     wandb_url: str | None = None
     # Seconds spent so far in a remote service's queue for our model (phase waiting_for_model).
     model_wait_s: float | None = None
+    startup: TrainerStartup | None = None
 
     def recorded(self) -> dict[str, Any]:
         """The known fields the file held with a usable value (for answers: nothing made up)."""

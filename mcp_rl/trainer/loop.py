@@ -20,8 +20,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
+from mcp_rl import processes
 from mcp_rl.runconfig import RunConfig
-from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase
+from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase, TrainerStartup
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.advantages import BatchStats, build_examples
 from mcp_rl.trainer.atropos_client import AtroposClient
@@ -141,12 +144,15 @@ class Trainer:
         outcome: RunOutcome = "errored"
         detail: str | None = None
         try:
+            began = time.time()
             start_step = await self._load()
             if self.stop.is_set():
                 self.recorder.update(phase=TrainerPhase.STOPPED)
                 outcome, detail = "interrupted", f"stopped ({self.stop_reason}) before training"
                 return 0
+            loaded = time.time()
             self._serve()
+            self._record_startup(began, loaded)
             client = self._client()
             await self._register(client, start_step)
             self._init_wandb()
@@ -214,6 +220,23 @@ class Trainer:
             self.recorder.update(phase=TrainerPhase.LOADING_MODEL)
         self.ready.set()
         return start_step
+
+    def _record_startup(self, began: float, loaded: float) -> None:
+        """Where the start-up went (trainer_status.json `startup`; bench/bench_supervisor.py prints it)."""
+        created = processes.started_at() or psutil.Process().create_time()
+        startup = TrainerStartup(
+            interpreter_s=round(max(0.0, began - created), 3),
+            backend_s=round(loaded - began, 3),
+            serve_s=round(time.time() - loaded, 3),
+        )
+        self.recorder.update(startup=startup)
+        log.info(
+            "serving %.2f s after the process started: interpreter and imports %.2f s, backend %.2f s, server %.2f s",
+            time.time() - created,
+            startup.interpreter_s,
+            startup.backend_s,
+            startup.serve_s,
+        )
 
     def _waiting_for_model(self, seconds: float) -> None:
         """A remote service is still queueing our model: say so in trainer_status.json."""

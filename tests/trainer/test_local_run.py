@@ -52,6 +52,9 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
         # of staleness); a mismatch in token alignment would show as a diff of whole nats.
         assert abs(line["logprobs/diff"]) < 0.5
     assert status["phase"] == "done" and status["step"] == 3 and status["error"] is None
+    # Where the start-up went: every part measured, the model load the largest.
+    startup = status["startup"]
+    assert 0 < startup["interpreter_s"] < startup["backend_s"] and 0 < startup["serve_s"] < startup["backend_s"]
     final = Path(status["final_weights"])
     assert (final / "adapter_config.json").is_file() and any(final.glob("adapter_model.*"))
     states = [c for c in checkpoints if c["kind"] == "state"]
