@@ -47,6 +47,9 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
             env=env,
             cwd=run_dir,
             port=inference_port,
+            # Loading torch and the model (most of a run's start-up) overlaps the API's start;
+            # the trainer registers with the API only after that, retrying until it answers.
+            prestart=True,
             ready=readiness.trainer_serving(inference_port),
             ready_deadline_s=policy.trainer_ready_s,
             ready_description=f"GET http://{HOST}:{inference_port}/health",
@@ -70,7 +73,7 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
             log_path=log_path(config, "env"),
             env=env,
             cwd=config.environment.project_root,
-            # Its imports (atroposlib, the tokenizer: seconds) overlap the trainer's start-up;
+            # Its imports (atroposlib, the tokenizer: seconds) overlap the others' start-up;
             # `serve` begins when the trainer is ready and the supervisor creates the file.
             prestart=True,
             release=release_file.touch,

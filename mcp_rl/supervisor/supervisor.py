@@ -94,8 +94,9 @@ class ProcessSpec:
     ready_description: str
     cwd: Path | None = None
     port: int | None = None
-    # Started while the previous process is still coming up (its imports overlap), but held
-    # back until `release()` is called once that process is ready.
+    # Started together with the first process, so that its imports and loading overlap the
+    # start-up of those before it. A process that must not begin its work until they are ready
+    # waits for `release()`, which the supervisor calls once the one before it is ready.
     prestart: bool = False
     release: Callable[[], None] | None = None
 
@@ -153,12 +154,13 @@ class RunSupervisor:
             if self._stop_requested():
                 return Verdict(RunState.STOPPED, "stop requested while starting")
             running = self._procs.get(spec.name) or self._spawn(spec)
+            if index == 0:
+                for early in self.specs[1:]:
+                    if early.prestart:
+                        self._spawn(early)
             if spec.release is not None:
                 spec.release()
                 self.registry.record_event(self.run_id, spec.name, "released", "the previous process is ready")
-            following = self.specs[index + 1] if index + 1 < len(self.specs) else None
-            if following is not None and following.prestart:
-                self._spawn(following)
             problem: list[Verdict] = []
 
             def ended_or_hung() -> bool:

@@ -155,6 +155,26 @@ def test_a_prestarted_environment_is_released_only_once_the_trainer_is_ready(tmp
     h.assert_nothing_left()
 
 
+def test_prestarted_processes_start_with_the_api_and_the_run_still_runs_in_order(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    go = tmp_path / "go"
+    h.specs[1].prestart = True
+    h.specs[2].argv += ["--wait-for", str(go)]
+    h.specs[2].prestart = True
+    h.specs[2].release = go.touch
+    h.start()
+    h.wait_state(RunState.RUNNING)
+    procs = {p.name: p for p in h.registry.processes("r1")}
+    # Both started before the API answered (their start-up overlapped it) ...
+    assert procs["trainer"].started_at < procs["api"].ready_at and procs["env"].started_at < procs["api"].ready_at
+    # ... and readiness was still taken in order, the environment held until the trainer was ready.
+    assert procs["api"].ready_at <= procs["trainer"].ready_at <= procs["env"].ready_at
+    assert float(h.env_touched.read_text()) >= procs["trainer"].ready_at
+    h.done.write_text("x")
+    assert h.join() == RunState.COMPLETED
+    h.assert_nothing_left()
+
+
 def test_a_prestarted_environment_that_crashes_fails_the_run_at_once(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.specs[2].argv = [sys.executable, "-c", "raise SystemExit('cannot import the environment')"]
