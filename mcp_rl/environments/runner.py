@@ -171,9 +171,24 @@ def _prewarm(env_args: list[str]) -> None:
         with open(config, encoding="utf-8") as fh:
             name = (yaml.safe_load(fh).get("env") or {}).get("tokenizer_name")
         if name:
-            AutoTokenizer.from_pretrained(name)
+            _hand_over_once(AutoTokenizer, name, AutoTokenizer.from_pretrained(name))
     except Exception as exc:  # only a head start: the environment reports real problems itself
         print(f"prewarm skipped: {exc!r}", file=sys.stderr)
+
+
+def _hand_over_once(auto: Any, name: str, tokenizer: Any) -> None:
+    """Atropos's BaseEnv loads the same tokenizer again when it starts (a few hundred ms of a
+    run's start-up): its first plain `from_pretrained(name)` gets the prewarmed one instead.
+    Only once, so no two users ever share one (mutable) tokenizer object."""
+    original = auto.from_pretrained
+    waiting = [tokenizer]
+
+    def from_pretrained(name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
+        if waiting and name_or_path == name and not args and not kwargs:
+            return waiting.pop()
+        return original(name_or_path, *args, **kwargs)
+
+    auto.from_pretrained = from_pretrained
 
 
 def _wait_for(path: Path, timeout_s: float) -> bool:
