@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # After the variables above: the local backend loads torch, which reads them once, when it loads.
     from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
+    from mcp_rl.trainer.batcher import batching_sampler
     from mcp_rl.trainer.inference_server import InferenceService, build_app
 
     try:
@@ -45,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     backend = LocalBackend(model_dir, train=False, seed=args.seed)
     if args.served_name:
         backend.model_name = args.served_name
-    app = build_app(InferenceService(backend))
+    # As in a run: requests that arrive together (a smoke test's parallel groups) are one batch.
+    sampler = batching_sampler(backend, settings)
+    app = build_app(InferenceService(sampler), sampling_concurrency=sampler.max_requests)
     # uvicorn in the main thread handles SIGTERM/SIGINT itself and exits cleanly.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off")
     return 0
