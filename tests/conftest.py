@@ -93,6 +93,17 @@ def default_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return resolve_model(Settings.from_env({"MCP_RL_HOME": str(home)}), "default")
 
 
+@pytest.fixture(scope="session")
+def completed_run(default_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One short real run, completed, shared by the end-to-end tests that only read it."""
+    # tests.shared_run imports this module (make_env, stdio_params)
+    from tests.shared_run import make_completed_run
+
+    home = tmp_path_factory.mktemp("shared-run") / "home"
+    home.mkdir()
+    return make_completed_run(home, default_model)
+
+
 @pytest.fixture
 def model_dir(default_model: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Opt in to the real model: MCP_RL_MODEL names it for this test and its children."""

@@ -1,5 +1,5 @@
-"""rl_get_results on a real local run, through the real `mcp-rl serve` over stdio (2025-11-25
-era, the way today's hosts connect), with a resource subscription on the run.
+"""rl_get_results on a real local run, through the real `mcp-rl serve` over stdio: the session's
+shared completed run (tests/shared_run.py), made by a client subscribed to it.
 
 Every part is real: supervisor, Atropos run-api, the trainer with the embedded SmolLM2-135M
 model, the bundled `arithmetic` environment (whose metrics are captured by the runner hook).
@@ -11,58 +11,28 @@ import base64
 import io
 import json
 import time
-import warnings
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
-from mcp.types import ImageContent, ResourceUpdatedNotification
+from mcp.types import ImageContent
 
 from mcp_rl.metrics import store
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX
-from tests.conftest import stdio_params
-from tests.mcp_helpers import SHORT_RUN as SHORT
-from tests.mcp_helpers import ok
+from tests.shared_run import CompletedRun
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-RUN_DEADLINE_S = 900.0
 
+async def test_results_of_a_real_local_run(completed_run: CompletedRun) -> None:
+    run_id, updates = completed_run.run_id, completed_run.updates
+    uri = completed_run.uri
+    # While it ran, results answered too (partial, no error).
+    early_error, early_text = completed_run.early_results
+    assert not early_error, early_text
+    assert completed_run.statuses[-1] == "completed", completed_run.statuses
 
-async def test_results_of_a_real_local_run(home: Path) -> None:
-    updates: list[str] = []
-
-    async def on_message(message: Any) -> None:
-        message = getattr(message, "root", message)
-        if isinstance(message, ResourceUpdatedNotification):
-            updates.append(str(message.params.uri))
-
-    async with Client(
-        stdio_params(home, MCP_RL_WATCH_INTERVAL="0.5"), mode="legacy", message_handler=on_message
-    ) as client:
-        await ok(client, "rl_select_environment", {"name": "arithmetic"})
-        for field, value in SHORT.items():
-            await ok(client, "rl_edit_config", {"field": field, "value": value})
-        run_id = (await ok(client, "rl_start_training"))["run_id"]
-        uri = f"rl://runs/{run_id}"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the 2025-11-25 way to subscribe
-            await client.subscribe_resource(uri)
-
-        # While it runs, results answer too (partial, no error).
-        early = await client.call_tool("rl_get_results", {"run_id": run_id})
-        assert not early.is_error, early.content[0].text
-
-        with anyio.fail_after(RUN_DEADLINE_S):
-            while True:
-                status = await ok(client, "rl_check_status", {"run_id": run_id})
-                if status["status"] in ("completed", "failed", "stopped"):
-                    break
-                await anyio.sleep(1.0)
-        assert status["status"] == "completed", status
-
+    async with Client(completed_run.params()) as client:
         started = time.perf_counter()
         result = await client.call_tool("rl_get_results", {"run_id": run_id})
         elapsed = time.perf_counter() - started
@@ -100,10 +70,8 @@ async def test_results_of_a_real_local_run(home: Path) -> None:
         summary = data["metrics"]["train/percent_correct"]
         assert summary["final"] == correct[-1]["train/percent_correct"] and summary["final_step"] == correct[-1]["step"]
 
-        # The subscribed client heard the run change (state changes and steps landing).
-        with anyio.fail_after(10):
-            while uri not in updates:
-                await anyio.sleep(0.1)
+    # The subscribed client heard the run change (state changes and steps landing).
+    assert uri in updates, updates
 
     print(
         f"real run {run_id}: rl_get_results {elapsed:.3f} s; reward {reward}; "

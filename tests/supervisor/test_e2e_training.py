@@ -26,6 +26,7 @@ from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
 from tests.mcp_helpers import SHORT_RUN as SHORT
 from tests.mcp_helpers import ok
+from tests.shared_run import CompletedRun
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -98,12 +99,17 @@ async def wait_nothing_left(settings: Settings, run_id: str, timeout: float = 30
         await anyio.sleep(0.2)
 
 
-async def test_a_short_run_reaches_running_then_completes_with_metrics(home: Path) -> None:
-    settings = Settings.from_env(make_env(home))
-    async with Client(stdio_params(home)) as client:
-        run_id = await start_run(client)
-        running = await wait_status(client, run_id, {"running", "completed"})
-        done = await wait_status(client, run_id, {"completed"})
+async def test_a_short_run_reaches_running_then_completes_with_metrics(completed_run: CompletedRun) -> None:
+    run_id = completed_run.run_id
+    started = completed_run.started
+    assert started["status"] == "starting" and started["backend"] == "local"
+    assert Path(started["config_path"]).is_file()
+    assert completed_run.statuses[-1] == "completed", completed_run.statuses
+    assert set(completed_run.statuses) <= {"starting", "running", "completed"}, completed_run.statuses
+    settings = Settings.from_env(completed_run.env())
+    async with Client(completed_run.params()) as client:
+        done = await ok(client, "rl_check_status", {"run_id": run_id})
+        assert done["status"] == "completed"
         assert done["metrics"]["step"] == 2 and done["metrics"]["reward_mean"] is not None
         assert done["metrics"]["loss"] is not None
         assert done["processes"]["trainer"]["exit_code"] == 0
@@ -115,7 +121,7 @@ async def test_a_short_run_reaches_running_then_completes_with_metrics(home: Pat
         runs = await ok(client, "rl_list_runs")
         assert runs["runs"][0]["run_id"] == run_id and runs["runs"][0]["latest_reward"] is not None
         events = [e.state for e in service.registry_for(settings).events(run_id) if e.subject == "run"]
-        assert events == ["starting", "running", "completed"], (running, events)
+        assert events == ["starting", "running", "completed"], (completed_run.statuses, events)
     await wait_nothing_left(settings, run_id)
 
 
