@@ -52,6 +52,11 @@ def test_values_are_read_once_into_fields(home: Path) -> None:
     assert policy.trainer_stop_grace_s == Policy().trainer_stop_grace_s  # unset: the policy's default
 
 
+def test_the_default_tool_budget_leaves_the_most_impatient_host_a_margin(home: Path) -> None:
+    # Claude Desktop (the TypeScript SDK) cancels a request after 60 s; an answer needs time to travel.
+    assert Settings.from_env(make_env(home)).tool_time_budget_s == 45.0 <= 60.0 - 10
+
+
 def test_the_wandb_deadline_stays_inside_a_short_tool_budget(home: Path) -> None:
     assert Settings.from_env(make_env(home)).wandb_deadline_s == 8.0
     assert Settings.from_env(make_env(home, MCP_RL_TOOL_TIME_BUDGET="6")).wandb_deadline_s == 3.0
