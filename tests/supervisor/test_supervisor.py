@@ -136,12 +136,17 @@ def test_environment_exit_0_is_normal_and_the_trainer_finishing_completes_the_ru
     h.assert_nothing_left()
 
 
-def test_a_prestarted_environment_is_released_only_once_the_trainer_is_ready(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
-    go = tmp_path / "go"
+def hold_environment(h: Harness) -> None:
+    """Prestart the environment stand-in, held (as `runner --start-when`) until released."""
+    go = h.dir / "go"
     h.specs[2].argv += ["--wait-for", str(go)]
     h.specs[2].prestart = True
     h.specs[2].release = go.touch
+
+
+def test_a_prestarted_environment_is_released_only_once_the_trainer_is_ready(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    hold_environment(h)
     h.start()
     h.wait_state(RunState.RUNNING)
     procs = {p.name: p for p in h.registry.processes("r1")}
@@ -157,11 +162,8 @@ def test_a_prestarted_environment_is_released_only_once_the_trainer_is_ready(tmp
 
 def test_prestarted_processes_start_with_the_api_and_the_run_still_runs_in_order(tmp_path: Path) -> None:
     h = Harness(tmp_path)
-    go = tmp_path / "go"
     h.specs[1].prestart = True
-    h.specs[2].argv += ["--wait-for", str(go)]
-    h.specs[2].prestart = True
-    h.specs[2].release = go.touch
+    hold_environment(h)
     h.start()
     h.wait_state(RunState.RUNNING)
     procs = {p.name: p for p in h.registry.processes("r1")}
