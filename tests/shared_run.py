@@ -91,6 +91,7 @@ def make_completed_run(home: Path, model: Path) -> CompletedRun:
     finally:
         # A run the client left unfinished (a failure on the way) must not train on in the background.
         settings = Settings.from_env(run.env())
-        if run.run_id and service.registry_for(settings).get_run(run.run_id).active:
+        record = service.registry_for(settings).get_run(run.run_id) if run.run_id else None
+        if record is not None and record.active:
             service.stop_run(settings, run.run_id)
     return run
