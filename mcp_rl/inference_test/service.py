@@ -84,11 +84,30 @@ def model_catalog() -> tuple[list[ModelSpec], ModelSpec]:
     )
 
 
-def with_budgets(models: list[ModelSpec], num_steps: int, group_size: int) -> list[ModelSpec]:
-    """Each model's request and token budget: what the test needs plus a small margin, unless
-    configs/test_models.yaml sets them."""
+# Turns a multi-turn environment's episode may take when its config sets no limit (the game's
+# own limit applies, which only the environment process knows): what a test's budget assumes.
+UNLIMITED_TURNS_BUDGET = 10
+
+
+def requests_per_group(env_config: dict[str, Any], group_size: int) -> int:
+    """Requests one group of the test may make. One per answer; a multi-turn environment (its config
+    has `max_turns`, as GemEnv's) asks once per turn of each episode, and plays its episodes
+    `num_envs` at a time, so a group may hold a round more than it keeps."""
+    if "max_turns" not in env_config:
+        return group_size
+    turns = env_config["max_turns"]
+    if not isinstance(turns, int) or turns < 1:
+        turns = UNLIMITED_TURNS_BUDGET
+    at_once = env_config.get("num_envs")
+    episodes = math.ceil(group_size / at_once) * at_once if isinstance(at_once, int) and at_once > 0 else group_size
+    return episodes * turns
+
+
+def with_budgets(models: list[ModelSpec], num_steps: int, per_group: int) -> list[ModelSpec]:
+    """Each model's request and token budget: what the test needs (`per_group` requests a step,
+    see `requests_per_group`) plus a small margin, unless configs/test_models.yaml sets them."""
     budgets = _catalog_yaml().get("budgets") or {}
-    planned = num_steps * group_size
+    planned = num_steps * per_group
     margin = max(
         int(budgets.get("min_request_margin", 4)), math.ceil(planned * float(budgets.get("request_margin", 0.25)))
     )
@@ -208,7 +227,7 @@ def start_test(
     _check_range("group_size", group_size, GROUP_SIZE_RANGE)
     if max_parallel < 1:
         raise UserError("max_parallel must be at least 1.")
-    planned = with_budgets(plan_models(settings, models), num_steps, group_size)
+    planned = with_budgets(plan_models(settings, models), num_steps, requests_per_group(env_config, group_size))
     settings.ensure_home()
     test_id = new_test_id()
     test_dir = settings.tests_dir / test_id

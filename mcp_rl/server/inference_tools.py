@@ -126,8 +126,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         OPENROUTER_API_KEY one local model (free, CPU). Reports per model: accuracy (score > 0),
         mean score and spread, steps with a correct answer, two sample rollouts, errors with the
         log tail; and the best model and whether the environment works. Spending is bounded:
-        each model may make about num_steps x group_size requests (plus a quarter) and is
-        stopped at that budget (state over_budget) or at a provider error, whose cause and fix
+        each model may make about num_steps x group_size requests (plus a quarter; in a
+        multi-turn environment such as a GEM game, one per turn of each episode) and is stopped
+        at that budget (state over_budget) or at a provider error, whose cause and fix
         are in its one-line `error`; `usage` shows requests, tokens and the provider's cost.
         Answers within the server's time budget (default 45 s) with progress notifications; a
         test still running then keeps running in the background and this returns state

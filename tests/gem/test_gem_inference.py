@@ -35,6 +35,9 @@ async def test_gem_episodes_smoke_tested_against_the_local_model(home: Path) -> 
     assert result["state"] == "completed", result["message"]
     local = result["models_tested"][0]
     assert local["state"] == "succeeded", (local.get("error"), local.get("log_tail"))
+    # Each episode asks once per turn: the budget allows several turns an episode, and held.
+    usage = local["usage"]
+    assert usage["request_budget"] >= STEPS * GROUP * 4 and usage["requests"] <= usage["request_budget"]
     # One completion per episode, scored 1 (won) or 0: accuracy is the episode success rate.
     scores = [s for step in local["steps"] for s in step["scores"]]
     assert len(scores) == STEPS * GROUP and set(scores) <= {0.0, 1.0}

@@ -63,3 +63,14 @@ def test_budgets_fit_the_test_and_options_come_from_the_catalog(tmp_path: Path) 
     assert qwen.token_budget == 60 * 4096
     (small,) = service.with_budgets(service.plan_models(_settings(tmp_path, "sk-x"), ["a/b"]), 1, 2)
     assert small.request_budget == 2 + 4
+
+
+def test_a_multi_turn_environment_budgets_a_request_per_turn_of_each_episode() -> None:
+    assert service.requests_per_group({"temperature": 1.0}, 16) == 16  # one answer each
+    # GemEnv: up to max_turns requests an episode, episodes played num_envs at a time.
+    assert service.requests_per_group({"max_turns": 4, "num_envs": 3}, 3) == 3 * 4
+    assert service.requests_per_group({"max_turns": 4, "num_envs": 3}, 4) == 6 * 4
+    assert service.requests_per_group({"max_turns": 5}, 8) == 8 * 5
+    # No limit set: the game's own, unknown here; the budget assumes a bounded number.
+    unlimited = service.requests_per_group({"max_turns": None, "num_envs": 8}, 16)
+    assert unlimited == 16 * service.UNLIMITED_TURNS_BUDGET
