@@ -1,20 +1,65 @@
-"""An exclusive lock on a file beside the thing it guards, held across threads and processes."""
+"""Locks on a file beside the thing they guard, held across threads and processes.
+
+`flock` locks belong to an open file, not to a process, so two threads of one process exclude
+each other as two processes do; the kernel releases them if the holder dies.
+"""
 
 from __future__ import annotations
 
 import fcntl
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+# Polling a non-blocking flock: the first retry comes fast (holders keep these locks for
+# milliseconds), later ones back off so a long wait does not spin.
+_FIRST_RETRY_S = 0.002
+_MAX_RETRY_S = 0.05
+
+
+class LockTimeout(TimeoutError):
+    """The lock stayed held by someone else until the deadline."""
 
 
 @contextmanager
-def exclusive_lock(lock_path: Path) -> Iterator[None]:
-    """Block until this process alone holds `lock_path`; released on exit, or by the kernel if we die."""
+def exclusive_lock(lock_path: Path, timeout_s: float | None = None) -> Iterator[None]:
+    """Block until this open file alone holds `lock_path` (or raise `LockTimeout` after `timeout_s`)."""
+    with _flock(lock_path, fcntl.LOCK_EX, timeout_s):
+        yield
+
+
+@contextmanager
+def shared_lock(lock_path: Path, timeout_s: float | None = None) -> Iterator[None]:
+    """Held together with other shared holders; excludes (and waits for) an exclusive holder."""
+    with _flock(lock_path, fcntl.LOCK_SH, timeout_s):
+        yield
+
+
+@contextmanager
+def _flock(lock_path: Path, mode: int, timeout_s: float | None) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        if timeout_s is None:
+            fcntl.flock(lock, mode)
+        else:
+            _acquire_by(lock, mode, time.monotonic() + timeout_s, lock_path)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _acquire_by(lock: IO[str], mode: int, deadline: float, lock_path: Path) -> None:
+    delay = _FIRST_RETRY_S
+    while True:
+        try:
+            fcntl.flock(lock, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LockTimeout(f"{lock_path} stayed locked by another holder") from None
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, _MAX_RETRY_S)

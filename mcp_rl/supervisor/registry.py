@@ -11,6 +11,11 @@ metrics and trainer status. A damaged state.db (garbage, truncated, a directory)
 with a timestamp, never deleted, and rebuilt from the run directories; a missing or empty one is
 rebuilt the same way; a row that does not read as a run is reported and skipped. What was
 repaired is in `Registry.notes`, for the answer of the call that noticed.
+
+A file cannot be moved aside under an open SQLite connection: the connection keeps writing to
+the moved file, through the WAL files of the new one at the old name. So every connection holds
+a shared lock on `state.db.init.lock` while it is open, and creating or repairing the file takes
+it exclusively, after the other connections of every process have closed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +34,7 @@ import psutil
 from pydantic import BaseModel, ValidationError
 
 from mcp_rl.errors import DamagedState, UserError, clip, clip_message
-from mcp_rl.locking import exclusive_lock
+from mcp_rl.locking import LockTimeout, exclusive_lock, shared_lock
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     RUN_FILE,
@@ -49,6 +55,9 @@ BUSY_TIMEOUT_MS = 10_000
 _DAMAGED_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 T = TypeVar("T")
 _LOGGED_NOTES: set[str] = set()
+# The state.db paths whose init lock this thread holds exclusively: its own connections there
+# must not ask for the shared lock (a second flock on the same file would wait for itself).
+_HELD = threading.local()
 M = TypeVar("M", bound=BaseModel)
 
 _SCHEMA = """
@@ -202,6 +211,21 @@ class Registry:
     def _init_lock(self) -> Path:
         return self.path.with_name(self.path.name + ".init.lock")
 
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """This thread alone may use the file (create it, move it aside): every other connection,
+        in any process, has closed and new ones wait."""
+        held: set[Path] = _HELD.__dict__.setdefault("paths", set())
+        try:
+            with exclusive_lock(self._init_lock, timeout_s=BUSY_TIMEOUT_MS / 1000):
+                held.add(self.path)
+                try:
+                    yield
+                finally:
+                    held.discard(self.path)
+        except LockTimeout as exc:
+            raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
+
     @_guarded
     def _open(self) -> None:
         # Created once per file; afterwards opening costs one read (status calls stay fast).
@@ -209,7 +233,7 @@ class Registry:
             return
         # Switching to WAL needs an exclusive lock, and SQLite refuses it at once (no busy wait) while
         # a second opener is creating tables, so first openers take turns on a lock file.
-        with exclusive_lock(self._init_lock):
+        with self._exclusive():
             if self._has_schema():
                 return
             self._create(why="missing" if not self.path.exists() else "empty")
@@ -245,7 +269,7 @@ class Registry:
     def _recover(self, exc: sqlite3.Error) -> None:
         """Move a damaged state.db (and its WAL files) aside and rebuild it; another process may
         have done so already, which is checked under the init lock."""
-        with exclusive_lock(self._init_lock):
+        with self._exclusive():
             if not self.path.is_dir():
                 try:
                     if self._has_schema() and self._sound():
@@ -292,14 +316,27 @@ class Registry:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        with self._shared():
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            try:
+                db.row_factory = sqlite3.Row
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                db.execute("PRAGMA synchronous=NORMAL")
+                yield db
+            finally:
+                db.close()
+
+    @contextmanager
+    def _shared(self) -> Iterator[None]:
+        """Keeps the file where it is while a connection is open (see the module's docstring)."""
+        if self.path in getattr(_HELD, "paths", ()):
+            yield  # this thread holds it exclusively already
+            return
         try:
-            db.row_factory = sqlite3.Row
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA synchronous=NORMAL")
-            yield db
-        finally:
-            db.close()
+            with shared_lock(self._init_lock, timeout_s=BUSY_TIMEOUT_MS / 1000):
+                yield
+        except LockTimeout as exc:
+            raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

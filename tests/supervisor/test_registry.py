@@ -188,6 +188,39 @@ def test_a_damaged_state_db_is_kept_aside_and_rebuilt_from_the_run_dirs(tmp_path
     assert [r.run_id for r in again.list_runs()] == [r.run_id for r in reg.list_runs()] and again.notes == []
 
 
+def test_threads_finding_one_damaged_state_db_keep_its_bytes_and_one_sound_registry(tmp_path: Path) -> None:
+    # A server's threads (tool calls, the run watcher, the start-up reconcile) open registries at
+    # once. A connection still open while another thread moved the file aside used to write into
+    # the moved copy (through the new file's WAL): the damaged bytes were lost, in ~1 of 10 homes.
+    for attempt in range(25):
+        settings, run_ids = _home_with_runs(tmp_path / str(attempt))
+        db = sqlite3.connect(settings.state_db)
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        _damage(settings.state_db, "truncated")
+        damaged = settings.state_db.read_bytes()
+        start = threading.Barrier(3)
+        errors: list[BaseException] = []
+
+        def use_it() -> None:
+            start.wait()
+            for _ in range(4):
+                try:
+                    registry_for(settings).list_runs()
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=use_it) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        kept = [p for p in settings.home.glob("state.damaged-*") if p.read_bytes() == damaged]
+        assert kept, f"attempt {attempt}: the damaged bytes are gone: {sorted(settings.home.iterdir())}"
+        assert sorted(r.run_id for r in registry_for(settings).list_runs()) == run_ids
+
+
 def test_one_bad_row_is_reported_and_skipped(tmp_path: Path) -> None:
     settings, _ = _home_with_runs(tmp_path)
     db = sqlite3.connect(settings.state_db, isolation_level=None)
