@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 from typing import Annotated, Any
 
@@ -68,7 +69,13 @@ def _links(result: InferenceTestResult) -> list[ResourceLink]:
     return links
 
 
-def collect_hint(result: InferenceTestResult) -> InferenceTestResult:
+def suggested_wait_s(budget_s: float) -> int:
+    """The wait_s to suggest for the next rl_get_test_result: what fits the time budget, with
+    a few seconds left for the answer (45 s -> 40)."""
+    return max(1, math.floor(budget_s - 5))
+
+
+def collect_hint(result: InferenceTestResult, budget_s: float) -> InferenceTestResult:
     """A running test's message names the tool that collects it (not every host reads resources)."""
     if result.state != "running":
         return result
@@ -79,7 +86,7 @@ def collect_hint(result: InferenceTestResult) -> InferenceTestResult:
                 f"Still running ({finished}/{len(result.models_tested)} models finished, {result.elapsed_s:.0f} s so far); "
                 f"it keeps running in the background, independent of this server (each model has at most "
                 f"{result.test_config.model_timeout_s:.0f} s). Collect the result with "
-                f"rl_get_test_result('{result.test_id}', wait_s=40), or cancel it with rl_cancel_test('{result.test_id}')."
+                f"rl_get_test_result('{result.test_id}', wait_s={suggested_wait_s(budget_s)}), or cancel it with rl_cancel_test('{result.test_id}')."
             )
         }
     )
@@ -159,7 +166,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         # The deadline counts from the call: reading the environment's config may have taken a while.
         result = await service.wait_for_test(settings, started.test_id, budget.remaining(), progress)
-        return as_tool_result(collect_hint(result))
+        return as_tool_result(collect_hint(result, state.settings.tool_time_budget_s))
 
     @mcp.resource(
         "rl://tests",

@@ -82,7 +82,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             result = await service.wait_for_test(settings, test_id, min(wait_s, budget.remaining()), report)
         else:
             result = await anyio.to_thread.run_sync(service.read_test, settings, test_id)
-        return as_tool_result(collect_hint(result))
+        return as_tool_result(collect_hint(result, settings.tool_time_budget_s))
 
     @mcp.tool(title="List smoke tests", annotations=READS_TEST)
     @tool_errors

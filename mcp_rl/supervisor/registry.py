@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -216,15 +216,12 @@ class Registry:
         """This thread alone may use the file (create it, move it aside): every other connection,
         in any process, has closed and new ones wait."""
         held: set[Path] = _HELD.__dict__.setdefault("paths", set())
-        try:
-            with exclusive_lock(self._init_lock, timeout_s=BUSY_TIMEOUT_MS / 1000):
-                held.add(self.path)
-                try:
-                    yield
-                finally:
-                    held.discard(self.path)
-        except LockTimeout as exc:
-            raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
+        with self._lock(exclusive_lock):
+            held.add(self.path)
+            try:
+                yield
+            finally:
+                held.discard(self.path)
 
     @_guarded
     def _open(self) -> None:
@@ -332,11 +329,21 @@ class Registry:
         if self.path in getattr(_HELD, "paths", ()):
             yield  # this thread holds it exclusively already
             return
+        with self._lock(shared_lock):
+            yield
+
+    def _lock(self, kind: Callable[..., AbstractContextManager[None]]) -> ExitStack:
+        """The init lock taken (`exclusive_lock` or `shared_lock`), held until the stack closes.
+        Failing to take it is a registry failure in words (busy, or a home that cannot be
+        written), never a bare exception from the lock's body."""
+        stack = ExitStack()
         try:
-            with shared_lock(self._init_lock, timeout_s=BUSY_TIMEOUT_MS / 1000):
-                yield
+            stack.enter_context(kind(self._init_lock, timeout_s=BUSY_TIMEOUT_MS / 1000))
         except LockTimeout as exc:
             raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
+        except OSError as exc:
+            raise sqlite3.OperationalError(f"its lock file cannot be opened ({exc})") from exc
+        return stack
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

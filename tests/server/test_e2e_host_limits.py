@@ -86,6 +86,7 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
 
                 smoke, stop, select = answers["smoke test"], answers["stop"], answers["select slow"]
                 assert smoke["state"] == "running" and "rl_get_test_result" in smoke["message"], smoke["message"]
+                assert f"wait_s={BUDGET_S - 5:.0f})" in smoke["message"], smoke["message"]  # fits the budget
                 assert stop["in_progress"] is True and stop["status"] == "stopping", stop
                 assert select["status"] == "loading" and "again" in select["message"], select
 

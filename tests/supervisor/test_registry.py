@@ -256,6 +256,18 @@ def test_a_state_db_that_stays_unusable_says_so_in_words(tmp_path: Path, monkeyp
         holder.close()
 
 
+def test_a_lock_file_that_cannot_be_opened_says_so_in_words(tmp_path: Path) -> None:
+    settings, _ = _home_with_runs(tmp_path)
+    lock = settings.state_db.with_name("state.db.init.lock")
+    lock.unlink(missing_ok=True)
+    lock.mkdir()  # opening it for appending fails (as a read-only home would)
+    with pytest.raises(
+        UserError, match="could not be used .*lock file cannot be opened.*Runs and their files are safe"
+    ):
+        registry_for(settings).list_runs()
+    assert settings.state_db.is_file()  # nothing was moved aside or rebuilt
+
+
 def test_rows_still_readable_in_a_damaged_state_db_are_kept(tmp_path: Path) -> None:
     # A run without a run folder can only come back from the damaged copy itself.
     settings = Settings.from_env(make_env(tmp_path / "home"))
