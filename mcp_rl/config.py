@@ -64,9 +64,37 @@ class RunOptions(BaseModel):
         ge=0, description="Save a resumable checkpoint every N steps (0: final only)."
     )
     wandb_project: str = Field(min_length=1, description="W&B project (used when W&B is configured).")
+    eval_every: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Evaluate on the held-out items every N steps, besides before the first step and after the "
+        "last (0: only those two).",
+    )
+    keep_last_checkpoints: int = Field(
+        3,
+        ge=0,
+        le=10_000,
+        description="Local checkpoints kept besides the final and the kept ones (0: keep every one).",
+    )
+    max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Paid backends: end the run (stopped, checkpoint kept) before a step would pass this estimated "
+        "USD spend. None: no cap.",
+    )
+    advantage_normalization: Literal["group_std", "mean_center"] = Field(
+        "group_std",
+        description="GRPO advantages: group_std divides each group's centred scores by their std; mean_center only "
+        "subtracts the group mean.",
+    )
 
     @field_validator(
         "total_steps",
+        "eval_every",
+        "keep_last_checkpoints",
+        "max_cost_usd",
         "batch_size",
         "lora_rank",
         "learning_rate",
@@ -303,6 +331,10 @@ class CurrentConfig(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="Repairs of the stored session: values ignored or reset to defaults."
     )
+    key_notes: list[str] = Field(
+        default_factory=list,
+        description="Secret variables that held a placeholder (such as `${TINKER_API_KEY}`) and count as unset.",
+    )
 
 
 def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> CurrentConfig:
@@ -345,6 +377,7 @@ def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> Cu
         configurable_fields=configurable,
         locked_fields=locked_list,
         run_options=option_list,
+        key_notes=settings.placeholder_notes(),
         tip=(
             "Change a configurable field or run option with rl_edit_config(field, value). Locked fields "
             "are set by the infrastructure ('derived' ones when the run starts). Shorter runs: lower "
@@ -699,6 +732,10 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
             adam_beta2=options.adam_beta2,
             max_token_trainer_length=options.max_token_trainer_length,
             save_checkpoint_interval=options.save_checkpoint_interval,
+            eval_every=options.eval_every,
+            keep_last_checkpoints=options.keep_last_checkpoints,
+            max_cost_usd=options.max_cost_usd,
+            advantage_normalization=options.advantage_normalization,
             wandb=WandbSettings(
                 enabled=settings.wandb_enabled,
                 project=options.wandb_project,

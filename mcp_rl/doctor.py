@@ -223,12 +223,24 @@ def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
 
 def check_keys(settings: Settings) -> Check:
     held = (settings.tinker_api_key, settings.wandb_api_key, settings.openrouter_api_key, settings.http_token)
-    shown = [f"{name} {'not set' if key is None else 'set'}" for name, key in zip(SECRET_ENV_VARS, held)]
+    placeholders = set(settings.placeholder_env_vars)
+
+    def said(name: str, key: object) -> str:
+        if name in placeholders:
+            return f"{name} holds a placeholder (counts as not set)"
+        return f"{name} {'not set' if key is None else 'set'}"
+
+    shown = [said(name, key) for name, key in zip(SECRET_ENV_VARS, held)]
     return Check(
         name="keys",
-        status=Status.OK,
+        status=Status.WARN if placeholders else Status.OK,
         detail="; ".join(shown) + " (values are never shown)",
-        fix=None,
+        fix=(
+            f"Put the real key in {', '.join(sorted(placeholders))} (in the MCP client's `env` for this server), "
+            'or remove the variable: a `${NAME}` or "..." left in a config is passed on as that text.'
+        )
+        if placeholders
+        else None,
     )
 
 

@@ -74,6 +74,13 @@ class TrainerSettings(BaseModel):
     adam_eps: float = 1e-8
     max_token_trainer_length: int = Field(default=2048, ge=16)
     save_checkpoint_interval: int = Field(default=0, ge=0, description="0: only the final checkpoint.")
+    # Held-out evaluation: before the first step, after the last, and every eval_every steps (0: ends only).
+    eval_every: int = Field(default=0, ge=0)
+    # Local checkpoints kept besides the final and the kept ones (0: all).
+    keep_last_checkpoints: int = Field(default=3, ge=0)
+    # Paid backends: the estimated USD the run may spend (None: no cap).
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    advantage_normalization: Literal["group_std", "mean_center"] = "group_std"
     # Deadlines instead of waiting forever (upstream polled /batch with no end).
     batch_wait_timeout_s: float = Field(default=600.0, gt=0)
     api_unreachable_timeout_s: float = Field(default=60.0, gt=0)

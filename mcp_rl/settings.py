@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -125,9 +126,33 @@ def _problem(err: Any) -> str:
     return f"{ENV_NAMES.get(field, field)}: {message}" if field else message
 
 
+# Text that stands in for a key someone did not fill in: Hermes passes an unset `${NAME}` on as
+# those literal characters, and config snippets copied as they are carry "...", "<your key>" or
+# "YOUR_API_KEY". Taken for a key, such a value sends a first session to a paid service.
+_PLACEHOLDER = re.compile(
+    r"""^(
+        \$\{.*\} | \$\(.*\) | \$[A-Za-z_][A-Za-z0-9_]* | %[A-Za-z_][A-Za-z0-9_]*% | \{\{.*\}\}
+      | <.*> | \[.*\] | .*(\.\.\.|\u2026).*
+      | (your|my|insert|enter|put|paste)[-_ ].* | .*[-_ ]here
+      | x+ | \*+ | (changeme|change[-_ ]me|placeholder|todo|tbd|none|null|undefined|secret|api[-_ ]?key|token|key)
+    )$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def is_placeholder(value: str) -> bool:
+    """True when `value` only looks like a key: blank, or a template someone did not fill in."""
+    return not value.strip() or bool(_PLACEHOLDER.match(value.strip()))
+
+
+def placeholder_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret variables that are set, but to a placeholder rather than a key."""
+    return tuple(name for name in SECRET_ENV_VARS if env.get(name, "").strip() and is_placeholder(env[name]))
+
+
 def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
     value = env.get(name, "").strip()
-    return SecretStr(value) if value else None
+    return SecretStr(value) if value and not is_placeholder(value) else None
 
 
 class Settings(BaseModel):
@@ -162,6 +187,8 @@ class Settings(BaseModel):
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
     http_token: SecretStr | None = None
+    # Secret variables that held a placeholder (`${TINKER_API_KEY}`, "...") and count as unset.
+    placeholder_env_vars: tuple[str, ...] = ()
     http_allowed_hosts: list[str] = []
     # Sampling requests a remote backend (Tinker) serves at once (a local model batches instead).
     remote_sampling_concurrency: int = 32
@@ -235,6 +262,7 @@ class Settings(BaseModel):
             openrouter_api_key=_secret(env, "OPENROUTER_API_KEY"),
             openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
             http_token=_secret(env, "MCP_RL_TOKEN"),
+            placeholder_env_vars=placeholder_secrets(env),
             http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
             local_batch_window_s=_float(env, "MCP_RL_LOCAL_BATCH_WINDOW", 0.05),
@@ -298,6 +326,14 @@ class Settings(BaseModel):
             return self.wandb_timeout_s
         return min(DEFAULT_WANDB_TIMEOUT_S, self.tool_time_budget_s / 2)
 
+    def placeholder_notes(self) -> list[str]:
+        """One line per secret variable that held a placeholder: which, and what to do."""
+        return [
+            f"{name} holds a placeholder, not a key, and counts as unset: set it to the real key in the "
+            "MCP client's `env` for this server, or leave it out of the config entirely"
+            for name in self.placeholder_env_vars
+        ]
+
     @property
     def default_backend(self) -> str:
         return "tinker" if self.tinker_api_key is not None else "local"
@@ -314,6 +350,9 @@ class Settings(BaseModel):
         Face hub, so offline mode is never forced on them (tests set it themselves).
         """
         env = dict(os.environ if base is None else base)
+        for name in SECRET_ENV_VARS:
+            if name in env and is_placeholder(env[name]):
+                del env[name]  # a placeholder is no key: no child (wandb, tinker) may take it for one
         env["MCP_RL_HOME"] = str(self.home)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env["PYTHONUNBUFFERED"] = "1"

@@ -85,3 +85,40 @@ def test_doctor_names_each_key_that_is_set_from_settings(home: Path, name: str) 
     assert "s3cret" not in detail
     for other in SECRET_ENV_VARS:
         assert f"{other} {'set' if other == name else 'not set'}" in detail
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "${TINKER_API_KEY}",
+        "$TINKER_API_KEY",
+        "...",
+        "sk-...",
+        "<your key>",
+        "YOUR_API_KEY",
+        "your-key-here",
+        "  ",
+        "xxxx",
+    ],
+)
+def test_a_placeholder_is_not_a_key(value: str, tmp_path: Path) -> None:
+    env = {"MCP_RL_HOME": str(tmp_path), "TINKER_API_KEY": value, "WANDB_API_KEY": value, "OPENROUTER_API_KEY": value}
+    settings = Settings.from_env(env)
+    assert settings.tinker_api_key is None and settings.wandb_api_key is None and settings.openrouter_api_key is None
+    assert settings.default_backend == "local"
+    assert not settings.wandb_enabled
+    # A child process does not inherit the placeholder either (wandb or tinker would take it).
+    child = settings.child_env(base=env)
+    assert "TINKER_API_KEY" not in child and "WANDB_API_KEY" not in child and "OPENROUTER_API_KEY" not in child
+    if value.strip():
+        assert set(settings.placeholder_env_vars) == {"TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"}
+        assert any("TINKER_API_KEY holds a placeholder" in note for note in settings.placeholder_notes())
+        keys = check_keys(settings)
+        assert keys.status == "warn" and "TINKER_API_KEY holds a placeholder" in keys.detail and keys.fix
+
+
+@pytest.mark.parametrize("value", ["tml-AbC123def456", "sk-or-v1-0123456789abcdef", "0123456789abcdef0123"])
+def test_a_real_looking_key_is_a_key(value: str, tmp_path: Path) -> None:
+    settings = Settings.from_env({"MCP_RL_HOME": str(tmp_path), "TINKER_API_KEY": value})
+    assert settings.tinker_api_key is not None and settings.tinker_api_key.get_secret_value() == value
+    assert settings.default_backend == "tinker" and settings.placeholder_env_vars == ()

@@ -50,6 +50,8 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
         settings.ensure_home()
+        for note in settings.placeholder_notes():
+            log.warning(note)
         for hook in state.startup_hooks:
             await hook()
         # Long-lived work of this server (e.g. watching runs for notifications), ended with it.

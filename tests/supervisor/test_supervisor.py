@@ -286,16 +286,24 @@ def test_crash_during_start_fails_at_once(tmp_path: Path) -> None:
 def test_stop_request_ends_everything_in_reverse_order(tmp_path: Path) -> None:
     h = Harness(tmp_path, spawn_grandchild=True).start()
     h.wait_state(RunState.RUNNING)
+    # The env stand-in exits 0 right after it is ready; wait until the supervisor has recorded
+    # that, so the stop below meets a known set of live processes on any machine (on a slow one
+    # the stop could otherwise come first and the env be stopped too).
+    wait_for(lambda: _proc_state(h, "env") == ProcState.EXITED, 30, "the env's own exit recorded")
     assert h.registry.transition("r1", RunState.STOPPING, "stop requested")
     assert h.join() == RunState.STOPPED
     stopped = [e.subject for e in h.registry.events("r1") if e.state == "stopped" and e.subject != "run"]
-    assert stopped == ["trainer", "api"]  # the env had already exited on its own
+    assert stopped == ["trainer", "api"]  # reverse start order; the env had exited on its own
     h.assert_nothing_left()
     assert not any(
         "while True" in " ".join(p.cmdline())
         for p in psutil.process_iter()
         if _safe_ppid(p) == 1 and _in_dir(p, tmp_path)
     )
+
+
+def _proc_state(h: Harness, name: str) -> ProcState:
+    return next(ProcState(p.state) for p in h.registry.processes("r1") if p.name == name)
 
 
 def _safe_ppid(p: psutil.Process) -> int:
