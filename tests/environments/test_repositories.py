@@ -160,14 +160,18 @@ def test_a_restarted_server_selects_from_the_disk_cache_and_package_edits_invali
     settings.ensure_home()
     first = EnvironmentService(settings)
     try:
+        start = time.perf_counter()
         first.select("packaged_arithmetic")
+        described_s = time.perf_counter() - start
     finally:
         first.close()
     restarted = EnvironmentService(settings)
     try:
         start = time.perf_counter()
         restarted.select("packaged_arithmetic")
-        assert time.perf_counter() - start < 0.5
+        cached_s = time.perf_counter() - start
+        # Against the first selection, which described it in a child (the machine's speed cancels out).
+        assert cached_s < described_s / 4, (cached_s, described_s)
         # A sibling module of its package changed: described again (and the change is seen).
         prompts = repo / "environments" / "arith_pkg" / "prompts.py"
         prompts.write_text(prompts.read_text() + "\nEXTRA = 1\n")
@@ -198,7 +202,7 @@ def test_worker_deadline_kills_the_child_and_survives(home: Path, tmp_path: Path
         slow = catalog.get("slow")
         start = time.perf_counter()
         answer = worker.request(slow.file_path, slow.class_name, folder, 1.0)
-        assert answer["timeout"] is True and time.perf_counter() - start < 3.0
+        assert answer["timeout"] is True and time.perf_counter() - start < 10.0  # the 1 s deadline, not the 60 s sleep
         quick = worker.request(catalog.get("quick").file_path, "E", folder, 10.0)
         assert quick["ok"] is True, quick
         pid = worker.pid

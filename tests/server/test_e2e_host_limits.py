@@ -81,7 +81,12 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
                         run, "smoke test", "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": [MODEL]}
                     )
                     tasks.start_soon(run, "stop", "rl_stop_training", {"run_id": "stop1234"})
-                    await anyio.sleep(1)  # the smoke test has read the selected environment by now
+                    # The smoke test has read the selected environment once it is listed (a proven
+                    # condition, not a guess at the machine's speed); then select another one.
+                    listed_by = time.monotonic() + 30
+                    while (await client.call_tool("rl_list_tests", {})).structured_content["count"] == 0:
+                        assert time.monotonic() < listed_by, "the smoke test was never listed"
+                        await anyio.sleep(0.1)
                     tasks.start_soon(run, "select slow", "rl_select_environment", {"name": "slow_import"})
 
                 smoke, stop, select = answers["smoke test"], answers["stop"], answers["select slow"]

@@ -160,7 +160,7 @@ async def test_a_stale_revision_is_refused_and_nothing_starts(home: Path, no_lau
 
 
 async def test_a_slow_import_answers_within_the_budget_and_the_next_select_collects_it(home: Path) -> None:
-    settings = Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=SLOW, MCP_RL_TOOL_TIME_BUDGET="1", SLOW_IMPORT_S="2"))
+    settings = Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=SLOW, MCP_RL_TOOL_TIME_BUDGET="1", SLOW_IMPORT_S="4"))
     progress: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -171,7 +171,8 @@ async def test_a_slow_import_answers_within_the_budget_and_the_next_select_colle
         first = await client.call_tool("rl_select_environment", {"name": "slow_import"}, progress_callback=on_progress)
         took = time.monotonic() - started
         assert not first.is_error, first.content[0].text
-        assert first.structured_content["status"] == "loading" and took < 1, took
+        # Answered at the 1 s budget, long before the 4 s import ended (slack for a loaded machine).
+        assert first.structured_content["status"] == "loading" and took < 3, took
         assert "call rl_select_environment('slow_import') again" in first.structured_content["message"]
         assert progress and "importing slow_import" in progress[0][2]
         deadline = time.monotonic() + 30
@@ -261,7 +262,7 @@ async def test_wait_returns_at_the_step_or_when_the_time_is_up(home: Path) -> No
         ended = (await client.call_tool("rl_wait_for_run", {"run_id": "done1234"})).structured_content
     assert reached["reason"] == "step_reached" and reached["step"] == 3
     assert reached["status"]["metrics"]["reward_mean"] == 0.5
-    assert idle["reason"] == "budget_spent" and 0.4 < idle_s < 3
+    assert idle["reason"] == "budget_spent" and 0.4 < idle_s < 10
     assert ended["reason"] == "ended" and "rl_get_results" in ended["message"]
 
 
@@ -302,7 +303,7 @@ async def test_a_stop_past_the_budget_answers_in_progress_and_the_next_call_coll
 ) -> None:
     from tests.server.stand_ins import stand_in_run
 
-    monkeypatch.setenv("MCP_RL_TRAINER_STOP_GRACE", "3")  # the trainer ignores SIGTERM for all of it
+    monkeypatch.setenv("MCP_RL_TRAINER_STOP_GRACE", "5")  # the trainer ignores SIGTERM for all of it
     monkeypatch.setenv("MCP_RL_STOP_GRACE", "1")
     settings = _settings(home, MCP_RL_TOOL_TIME_BUDGET="1.5")
     popens = stand_in_run(settings, "stop1234")
@@ -320,7 +321,8 @@ async def test_a_stop_past_the_budget_answers_in_progress_and_the_next_call_coll
         for popen in popens:
             if popen.poll() is None:
                 popen.kill()
-    assert first["in_progress"] is True and first["status"] == "stopping" and took < 1.5, (first, took)
+    # The 1.5 s budget, not the trainer's 5 s grace (slack for a loaded machine).
+    assert first["in_progress"] is True and first["status"] == "stopping" and took < 4, (first, took)
     assert "rl_stop_training(run_id) again" in first["message"]
     assert first["was_running"] is True
     assert last["status"] == "stopped" and last["in_progress"] is False and last["processes_left"] == []

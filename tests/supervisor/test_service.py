@@ -66,6 +66,18 @@ def _sleeper(tmp_path: Path, name: str, marker: str | None = None) -> processes.
     return processes.identify(popen.pid)
 
 
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _parse_all(path: Path) -> None:
+    with open(path) as fh:
+        for line in fh:
+            json.loads(line)
+
+
 def test_unknown_run_ids_are_not_found_and_never_paths(settings: Settings) -> None:
     for bad in ("nope", "../etc", "a/b", ""):
         with pytest.raises(NotFound, match="rl_list_runs"):
@@ -134,10 +146,13 @@ def test_status_is_fast_and_reads_only_the_end_of_the_metrics(
             )
         )
         service.run_status(settings, "r1")
-        started = time.perf_counter()
+        # Against a reference measured here and now (a machine's speed cancels out): reading
+        # only the end of the file is far quicker than parsing all of it, on any machine.
+        elapsed = min(_timed(lambda: service.run_status(settings, "r1")) for _ in range(3))
+        whole = min(_timed(lambda: _parse_all(run_dir / "metrics.jsonl")) for _ in range(3))
+        print(f"status {elapsed * 1000:.1f} ms, parsing the whole file {whole * 1000:.1f} ms")
+        assert elapsed < whole / 4, (elapsed, whole)
         status = service.run_status(settings, "r1")
-        elapsed = time.perf_counter() - started
-        assert elapsed < 0.1, elapsed
         assert status.metrics.step == 20000 and status.metrics.num_steps == 30000
         assert status.wandb_url == "https://wandb.ai/x/y/runs/z" and status.trainer_phase == "training"
     finally:
@@ -228,7 +243,7 @@ def test_status_of_a_run_whose_supervisor_died_is_failed_at_once_and_cleanup_fol
     )
     started = time.perf_counter()
     status = service.run_status(settings, "r1")
-    assert time.perf_counter() - started < 0.5  # the 3 s grace is not waited for here
+    assert time.perf_counter() - started < 2.5  # the 3 s grace is not waited for here
     assert status.status == RunState.FAILED and "supervisor" in status.error
     wait_for(lambda: popen.poll() is not None, 20, "the leftover trainer to be killed after its grace")
 
@@ -372,7 +387,7 @@ def test_a_stop_that_does_not_fit_the_budget_continues_in_the_background_and_say
     )
     started = time.monotonic()
     result = service.stop_run(settings, "r1", budget_s=1.0)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 2.5  # the budget, not the trainer's 3 s grace
     assert result.in_progress and result.status == RunState.STOPPING and result.processes_left == [trainer.pid]
     assert "continues in the background" in result.message and "rl_check_status('r1')" in result.message
     wait_for(lambda: registry.get_run("r1").state == RunState.STOPPED, 30, "the detached stopper to finish")

@@ -225,7 +225,8 @@ def test_model_creation_has_a_deadline_and_reports_the_wait(
         waits: list[float] = []
         with pytest.raises(RuntimeError, match="MCP_RL_TINKER_CREATE_TIMEOUT"):
             backend.prepare(waits.append)
-        assert len(waits) >= 3 and waits == sorted(waits) and waits[-1] < 1.5
+        # Cut at the 1 s deadline, long before the 30 s creation (slack for a loaded machine).
+        assert len(waits) >= 3 and waits == sorted(waits) and waits[-1] < 5
 
 
 def test_an_unavailable_tokenizer_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,15 +63,19 @@ async def _eight_requests(app) -> float:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("concurrency", "expected_overlap"), [(1, 1), (32, 8)])
-async def test_sampling_concurrency_follows_the_setting(tokenizer, concurrency: int, expected_overlap: int) -> None:
-    sampler = SlowSampler(tokenizer, delay_s=0.2)
+@pytest.mark.parametrize(("concurrency", "expected_overlap", "delay_s"), [(1, 1, 0.2), (32, 8, 1.0)])
+async def test_sampling_concurrency_follows_the_setting(
+    tokenizer, concurrency: int, expected_overlap: int, delay_s: float
+) -> None:
+    # Overlapped requests get a long delay, so that all eight are in flight together even on a
+    # loaded machine; eight in turn would take 8 s.
+    sampler = SlowSampler(tokenizer, delay_s=delay_s)
     elapsed = await _eight_requests(build_app(InferenceService(sampler), sampling_concurrency=concurrency))
     assert sampler.max_in_flight == expected_overlap
     if concurrency == 1:
-        assert elapsed >= 8 * 0.2
+        assert elapsed >= 8 * delay_s
     else:
-        assert elapsed < 4 * 0.2
+        assert elapsed < 4 * delay_s
 
 
 def test_the_remote_limit_is_a_setting_and_local_stays_serial() -> None:
