@@ -4,6 +4,14 @@ A batch is a list of ScoredData groups (`tokens`, `masks`, `scores`, optionally 
 and `inference_logprobs`, all per sequence and aligned with `tokens`). Masks use -100 for tokens
 that are not trained on (the prompt). The model predicts token t+1 from tokens[:t+1], so every
 per-token list is shifted by one to line up with its target.
+
+What an environment asks for beyond scores is honoured here, as Atropos' example trainer does:
+`overrides[i]["set_advantage_to_zero"]` (upstream environments set it for truncated answers) and
+`group_overrides["set_advantage_to_zero"]` zero a sequence's (a group's) advantage after the
+group's normalisation; `group_overrides[REBN_OVER_BATCH]` (GemEnv) asks for the sequences'
+scores (discounted returns) to be normalised over every such sequence of the step's batch, the
+GEM recipe's ReBN. `ref_logprobs` (a KL penalty) and a sampling temperature other than 1 are
+not trained on: `unsupported_fields` names them so the trainer can say so.
 """
 
 from __future__ import annotations
@@ -14,6 +22,13 @@ from typing import Any
 
 from mcp_rl.scored_data import MASKED
 from mcp_rl.trainer.backends.base import TrainingExample
+
+# group_overrides key: normalise this group's scores (returns) over the whole batch (ReBN).
+REBN_OVER_BATCH = "rebn_over_batch"
+# The recipe's ReBN: `(G - mean) / (std + 1e-9)`, std with Bessel's correction (torch's default).
+REBN_EPS = 1e-9
+ZERO_OVERRIDE = "set_advantage_to_zero"
+NORMALIZATIONS = ("group_std", "mean_center")
 
 
 def group_advantages(scores: list[float], *, normalize_std: bool = True, eps: float = 1e-6) -> list[float]:
@@ -90,6 +105,37 @@ class BatchStats:
     advantages_mean: float
     advantages_std: float
     per_token_advantages_groups: int
+    # Sequences whose advantage an environment's override set to zero.
+    zeroed_sequences: int = 0
+    # Sequences whose returns were normalised over the batch (ReBN, GemEnv).
+    rebn_sequences: int = 0
+
+
+@dataclass(frozen=True)
+class TrainedSelection:
+    """The examples that reach forward/backward, and what was left out (still in BatchStats)."""
+
+    examples: list[TrainingExample]
+    # Every trained token has advantage 0: the gradient would be exactly 0 (an all-equal group,
+    # an overridden sequence); on Tinker its tokens would still be billed.
+    zero_advantage: int
+    # No trained token at all (an empty completion, a mask covering everything).
+    no_trained_token: int
+
+
+def select_trained(examples: list[TrainingExample]) -> TrainedSelection:
+    """Only the examples with a non-zero advantage on some trained token: the others add exactly
+    0 to the importance-sampling loss's gradient, so dropping them changes nothing but cost."""
+    kept: list[TrainingExample] = []
+    zero = empty = 0
+    for e in examples:
+        if not any(e.trained):
+            empty += 1
+        elif all(a == 0.0 for a, t in zip(e.advantages, e.trained, strict=True) if t):
+            zero += 1
+        else:
+            kept.append(e)
+    return TrainedSelection(kept, zero, empty)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -99,41 +145,83 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
+def rebn(returns: list[float], eps: float = REBN_EPS) -> list[float]:
+    """The recipe's ReBN over a pool: `(G - mean) / (std + eps)`, std with Bessel's correction;
+    fewer than two values or all equal: zeros."""
+    n = len(returns)
+    if n < 2:
+        return [0.0] * n
+    mean = sum(returns) / n
+    std = math.sqrt(sum((g - mean) ** 2 for g in returns) / (n - 1))
+    if std == 0.0:
+        return [0.0] * n
+    return [(g - mean) / (std + eps) for g in returns]
+
+
+def _check_finite(scores: list[float], where: str) -> None:
+    for i, s in enumerate(scores):
+        if not math.isfinite(s):
+            raise ValueError(f"{where}: sequence {i} has a non-finite score ({s}); the environment must score every item with a finite number")
+
+
 def build_examples(
     batch: list[dict[str, Any]],
     *,
     max_length: int | None = None,
-    normalize_std: bool = True,
+    normalization: str = "group_std",
+    normalize_std: bool | None = None,
 ) -> tuple[list[TrainingExample], BatchStats]:
     """Training examples for every sequence of every group, and the batch's statistics.
 
-    Groups that carry `advantages` use them as given; the others get group-relative ones.
+    Groups that carry `advantages` use them as given; groups flagged REBN_OVER_BATCH get their
+    scores normalised over all flagged sequences of the batch; the others get group-relative
+    ones (`normalization`: "group_std" divides by the group's std, "mean_center" only centres).
+    Overrides then zero what the environment asked to zero.
     """
+    if normalize_std is not None:
+        normalization = "group_std" if normalize_std else "mean_center"
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"advantage_normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    for g, group in enumerate(batch):
+        if not (len(group["tokens"]) == len(group["masks"]) == len(group["scores"])):
+            raise ValueError("a group's tokens, masks and scores must have one entry per sequence")
+        _check_finite([float(s) for s in group["scores"]], f"group {g} of the batch")
+    # ReBN over the pool: every flagged sequence of the batch together, as the recipe's step.
+    pooled = [float(s) for group in batch if _group_overrides(group).get(REBN_OVER_BATCH) for s in group["scores"]]
+    pooled_adv = iter(rebn(pooled))
     examples: list[TrainingExample] = []
     group_means: list[float] = []
     all_scores: list[float] = []
-    zero_signal = 0
-    per_token_groups = 0
-    total_tokens = 0
+    zero_signal = per_token_groups = total_tokens = zeroed = 0
     for group in batch:
         tokens_G = group["tokens"]
         masks_G = group["masks"]
         scores_G = [float(s) for s in group["scores"]]
-        if not (len(tokens_G) == len(masks_G) == len(scores_G)):
-            raise ValueError("a group's tokens, masks and scores must have one entry per sequence")
+        group_over = _group_overrides(group)
         given = group.get("advantages")
         logprobs_G = group.get("inference_logprobs") or [None] * len(tokens_G)
         if len(logprobs_G) != len(tokens_G):
             logprobs_G = [None] * len(tokens_G)
-        if given is not None:
+        advantages_G: list[float | list[float]]
+        if group_over.get(REBN_OVER_BATCH):
+            advantages_G = [next(pooled_adv) for _ in scores_G]
+            per_token_groups += 1
+        elif given is not None:
             if len(given) != len(tokens_G):
                 raise ValueError("a group's advantages must have one entry per sequence")
             per_token_groups += 1
-            advantages_G: list[float | list[float]] = list(given)
+            advantages_G = list(given)
         else:
-            advantages_G = list(group_advantages(scores_G, normalize_std=normalize_std))
+            advantages_G = list(group_advantages(scores_G, normalize_std=normalization == "group_std"))
             if all(a == 0.0 for a in advantages_G):
                 zero_signal += 1
+        # Atropos' example trainer: the override zeroes the advantage after normalisation.
+        overrides = group.get("overrides") or []
+        for i in range(len(advantages_G)):
+            per_seq = overrides[i] if i < len(overrides) and isinstance(overrides[i], dict) else {}
+            if group_over.get(ZERO_OVERRIDE) or per_seq.get(ZERO_OVERRIDE):
+                advantages_G[i] = 0.0
+                zeroed += 1
         group_means.append(sum(scores_G) / len(scores_G) if scores_G else 0.0)
         all_scores.extend(scores_G)
         for tokens, mask, adv, lps in zip(tokens_G, masks_G, advantages_G, logprobs_G, strict=True):
@@ -155,5 +243,36 @@ def build_examples(
         advantages_mean=adv_mean,
         advantages_std=adv_std,
         per_token_advantages_groups=per_token_groups,
+        zeroed_sequences=zeroed,
+        rebn_sequences=len(pooled),
     )
     return examples, stats
+
+
+def _group_overrides(group: dict[str, Any]) -> dict[str, Any]:
+    value = group.get("group_overrides")
+    return value if isinstance(value, dict) else {}
+
+
+def sampling_temperature(group: dict[str, Any]) -> float:
+    """The temperature a group says it was sampled at (Atropos' example trainer's order:
+    per-sequence override, generation_params, group_overrides; 1.0 when none says)."""
+    temps: list[float] = []
+    for o in group.get("overrides") or []:
+        if isinstance(o, dict) and "temperature" in o:
+            temps.append(float(o["temperature"]))
+    for source in (group.get("generation_params"), group.get("group_overrides")):
+        if isinstance(source, dict) and "temperature" in source and not temps:
+            temps.append(float(source["temperature"]))
+    return next((t for t in temps if t != 1.0), 1.0)
+
+
+def unsupported_fields(batch: list[dict[str, Any]]) -> list[str]:
+    """What a batch asks for that this trainer does not train on (said once, at the first batch)."""
+    found = []
+    if any(g.get("ref_logprobs") for g in batch):
+        found.append(
+            "ref_logprobs (a KL penalty against a reference policy): mcp-rl trains without a KL term, "
+            "so they are ignored"
+        )
+    return found

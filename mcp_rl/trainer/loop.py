@@ -26,7 +26,7 @@ from mcp_rl import processes
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase, TrainerStartup
 from mcp_rl.settings import Settings
-from mcp_rl.trainer.advantages import BatchStats, build_examples
+from mcp_rl.trainer.advantages import BatchStats
 from mcp_rl.trainer.atropos_client import AtroposClient
 from mcp_rl.trainer.backends.base import (
     AdamParams,
@@ -38,6 +38,7 @@ from mcp_rl.trainer.backends.base import (
 from mcp_rl.trainer.batcher import BatchingSampler, BatchSampling, batching_sampler
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 from mcp_rl.trainer.status import RunRecorder, last_state
+from mcp_rl.trainer.step_data import Notices, prepare_step
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class Trainer:
         self.last_state_step = 0
         self.final_weights: str | None = None
         self._recorded_sampler: tuple[int, str] | None = None
+        self._notices = Notices()
 
     # --- lifecycle --------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -331,14 +333,27 @@ class Trainer:
 
     def _train_step(self, step: int, batch: list[dict[str, Any]], adam: AdamParams) -> dict[str, Any]:
         assert self.backend is not None
-        examples, stats = build_examples(batch, max_length=self.t.max_token_trainer_length)
-        result, sampler_path = self.backend.train_step(examples, adam, step)
+        prepared = prepare_step(
+            batch,
+            max_length=self.t.max_token_trainer_length,
+            normalization=self.t.advantage_normalization,
+            notices=self._notices,
+            environment=f"environment {self.config.environment.name!r}",
+        )
+        stats = prepared.stats
+        if prepared.trained:
+            result, sampler_path = self.backend.train_step(prepared.trained, adam, step)
+        else:
+            # Nothing can move the weights (every advantage is 0): no forward/backward, no Adam
+            # step (its momentum would still move them), the sampler's weights stay current.
+            result, sampler_path = ForwardBackwardResult(loss=0.0, training_logprobs=[]), None
         if sampler_path is not None:
             self.recorder.checkpoint(step, "sampler", sampler_path)
             self._recorded_sampler = (step, sampler_path)
         metrics: dict[str, Any] = {LOSS_KEY: result.loss, "train/learning_rate": adam.learning_rate}
         metrics.update(batch_metrics(stats))
-        metrics.update(logprob_metrics(examples, result))
+        metrics.update(prepared.metrics)
+        metrics.update(logprob_metrics(prepared.trained, result))
         metrics.update(result.extra)
         return metrics
 

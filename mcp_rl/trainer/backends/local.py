@@ -296,7 +296,9 @@ class LocalBackend(TrainingBackend):
         to a long prompt this is most of the compute saved."""
         shared: dict[tuple[int, ...], list[int]] = {}
         for i, e in enumerate(examples):
-            first = e.trained.index(True) if any(e.trained) else len(e.trained)
+            if not any(e.trained):
+                continue  # nothing to learn (its empty loss would not even reshape)
+            first = e.trained.index(True)
             shared.setdefault(tuple(e.input_tokens[:first]), []).append(i)
         total = 0.0
         training_logprobs: list[list[float]] = [[0.0] * len(e.input_tokens) for e in examples]

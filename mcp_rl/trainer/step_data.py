@@ -1,0 +1,85 @@
+"""From one Atropos batch to what a step trains: the examples, what was left out and why.
+
+The trainer trains exactly what the environment asked for (advantages.build_examples honours
+overrides and the batch-wide ReBN of GemEnv) and sends forward/backward only the examples that
+can move the weights: an example whose trained tokens all have advantage 0 adds exactly 0 to the
+gradient (an all-equal group, an overridden sequence), yet on Tinker its tokens are billed. They
+stay in the statistics (reward, groups, zero-signal groups).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_rl.trainer.advantages import (
+    BatchStats,
+    build_examples,
+    sampling_temperature,
+    select_trained,
+    unsupported_fields,
+)
+from mcp_rl.trainer.backends.base import TrainingExample
+
+log = logging.getLogger(__name__)
+
+
+class RefusedBatch(ValueError):
+    """The batch asks for something the trainer would train wrongly; the message says what."""
+
+
+@dataclass
+class Notices:
+    """What was already said once in this run (ignored fields are logged at their first batch)."""
+
+    said: set[str] = field(default_factory=set)
+
+    def once(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            log.warning("the environment's batch carries %s", text)
+
+
+@dataclass(frozen=True)
+class PreparedStep:
+    examples: list[TrainingExample]  # every sequence of the batch
+    trained: list[TrainingExample]  # those that go through forward/backward
+    stats: BatchStats
+    metrics: dict[str, float]
+
+
+def prepare_step(
+    batch: list[dict[str, Any]],
+    *,
+    max_length: int | None,
+    normalization: str,
+    notices: Notices,
+    environment: str = "the environment",
+) -> PreparedStep:
+    for group in batch:
+        temperature = sampling_temperature(group)
+        if temperature != 1.0:
+            # Both backends train the untempered policy; samples drawn at another temperature
+            # would be trained against logprobs of a different distribution.
+            raise RefusedBatch(
+                f"{environment} sampled a training group at temperature {temperature:g} (generation_params / "
+                "overrides); mcp-rl trains the temperature-1 policy only, so its importance ratios would be "
+                "wrong: set the environment's sampling temperature to 1.0"
+            )
+    for text in unsupported_fields(batch):
+        notices.once(text)
+    try:
+        examples, stats = build_examples(batch, max_length=max_length, normalization=normalization)
+    except ValueError as exc:
+        raise RefusedBatch(f"{environment} sent a batch the trainer cannot use: {exc}") from exc
+    selection = select_trained(examples)
+    metrics = {
+        "batch/zeroed_sequences": float(stats.zeroed_sequences),
+        "batch/trained_sequences": float(len(selection.examples)),
+        "batch/skipped_zero_advantage": float(selection.zero_advantage),
+        "batch/skipped_no_trained_token": float(selection.no_trained_token),
+    }
+    if stats.rebn_sequences:
+        metrics["batch/rebn_sequences"] = float(stats.rebn_sequences)
+    return PreparedStep(examples, selection.examples, stats, metrics)

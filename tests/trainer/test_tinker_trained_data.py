@@ -1,0 +1,77 @@
+"""Issue 27 at the wire: the loopback Tinker receives exactly what the environment asked to train
+(overrides honoured) and nothing that cannot move the weights (all-zero advantages)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mcp_rl.settings import Settings
+from mcp_rl.trainer.loop import Trainer
+from tests.trainer.run_harness import child_env, http_ok, start, venv_bin, wait_until
+from tests.trainer.test_tinker_backend import _group, _tinker_config, _wait_registered, make_backend, serve
+from tests.trainer.test_tinker_backend import tokenizer_dir as tokenizer_dir
+
+OVERRIDDEN_TOKEN = 77
+
+
+def _overridden_group(scores: list[float]) -> dict:
+    group = _group(scores)
+    # Sequence 0 is "truncated": the environment asks for its advantage to be zero.
+    group["tokens"][0][-2] = OVERRIDDEN_TOKEN
+    group["masks"][0][-2] = OVERRIDDEN_TOKEN
+    group["overrides"] = [{"set_advantage_to_zero": True}, {}]
+    return group
+
+
+@pytest.mark.anyio
+async def test_tinker_gets_no_zero_advantage_datum_and_no_overridden_sequence(
+    tmp_path: Path, tokenizer_dir: str
+) -> None:
+    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=2, batch_size=4, group_size=2, run_id="overrides")
+    api_url = f"http://127.0.0.1:{config.ports.api}"
+    api = start(
+        "api",
+        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
+        tmp_path / "api.log",
+        child_env(tmp_path),
+        tmp_path,
+    )
+    try:
+        with serve(tokenizer_dir) as server:
+            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            settings = Settings.from_env(child_env(tmp_path))
+            trainer = Trainer(config, settings, lambda c, s: make_backend(server))
+            task = asyncio.create_task(trainer.run())
+            await _wait_registered(api_url, task)
+            groups = [
+                _group([1.0, 1.0]),
+                _overridden_group([0.0, 1.0]),
+                _overridden_group([1.0, 0.0]),
+                _group([0.0, 0.0]),
+            ]
+            async with httpx.AsyncClient() as http:
+                for group in groups:
+                    (await http.post(f"{api_url}/scored_data", json=group)).raise_for_status()
+            assert await asyncio.wait_for(task, 120) == 0
+            wire = server.wire
+    finally:
+        api.stop()
+    datums = [d for record in wire.forward_backward for d in record["datums"]]
+    assert datums, "nothing was trained"
+    for d in datums:
+        assert any(float(a) != 0.0 for a in d["advantages"]), "a datum whose advantages are all zero was billed"
+        if OVERRIDDEN_TOKEN in [int(t) for t in d["target_tokens"]]:
+            assert not any(float(a) != 0.0 for a in d["advantages"]), "an overridden sequence was trained"
+    # Step 1: an all-equal group and an overridden one -> 1 datum; step 2: the same -> 1 datum,
+    # while the all-equal group [0, 0] of step 2 is skipped entirely.
+    assert len(datums) == 2
+    lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
+    assert [m["batch/zeroed_sequences"] for m in lines] == [1, 1]
+    assert [m["batch/skipped_zero_advantage"] for m in lines] == [3, 3]
+    assert [m["batch/trained_sequences"] for m in lines] == [1, 1]
+    assert [m["batch/sequences"] for m in lines] == [4, 4]
