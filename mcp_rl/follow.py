@@ -134,7 +134,7 @@ async def wait_for_run(
     """Wait until the run reaches `until_step` (default: the step after the current one),
     changes state, or `timeout_s` passes; then answer with its full status."""
     started = time.monotonic()
-    first = await anyio.to_thread.run_sync(service.run_status, settings, run_id)
+    first = await anyio.to_thread.run_sync(service.run_status, settings, run_id, False)
     first_step = first.metrics.step if first.metrics else None
     target = until_step if until_step is not None else (first_step or 0) + 1
     status = first
@@ -157,7 +157,7 @@ async def wait_for_run(
         if reason is not None or time.monotonic() - started >= timeout_s:
             break
         await anyio.sleep(min(poll_s, max(0.0, timeout_s - (time.monotonic() - started))))
-        status = await anyio.to_thread.run_sync(service.run_status, settings, run_id)
+        status = await anyio.to_thread.run_sync(service.run_status, settings, run_id, False)
     reason = reason or "budget_spent"
     step = status.metrics.step if status.metrics else None
     waited = round(time.monotonic() - started, 1)

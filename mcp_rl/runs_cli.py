@@ -95,7 +95,7 @@ def cmd_list(settings: Settings, as_json: bool, out: TextIO = sys.stdout) -> int
 
 
 def cmd_status(settings: Settings, run_id: str, as_json: bool, out: TextIO = sys.stdout) -> int:
-    status = service.run_status(settings, run_id, min_interval_s=0)
+    status = service.run_status(settings, run_id)
     _print_json(status, out) if as_json else out.write(format_status(status) + "\n")
     return 0
 
@@ -105,7 +105,7 @@ def cmd_logs(settings: Settings, run_id: str, process: str, tail: int, follow: b
     out.flush()
     if not follow:
         return 0
-    run = service.run_status(settings, run_id, min_interval_s=0)
+    run = service.run_status(settings, run_id)
     path = Path(run.config_path or "").parent / "logs" / f"{process}.log"
     position = path.stat().st_size if path.exists() else 0
     # Follow until the run has ended and its log stopped growing (or Ctrl-C).
@@ -118,7 +118,7 @@ def cmd_logs(settings: Settings, run_id: str, process: str, tail: int, follow: b
             out.write(chunk.decode("utf-8", errors="replace"))
             out.flush()
             continue
-        if service.run_status(settings, run_id, min_interval_s=0).status in TERMINAL_STATES:
+        if service.run_status(settings, run_id).status in TERMINAL_STATES:
             return 0
         time.sleep(FOLLOW_POLL_S)  # polling a file another process appends to
 

@@ -300,8 +300,10 @@ def _worker_alive(folder: Path) -> bool:
     return is_alive(record.pid, record.create_time or None)
 
 
-def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
-    """The latest state of a test. A test whose worker died unannounced reads as failed."""
+def read_test(settings: Settings, test_id: str, repair: bool = True) -> InferenceTestResult:
+    """The latest state of a test. A test whose worker died unannounced reads as failed; with
+    `repair` that is also recorded and its leftover model processes are ended, without it nothing
+    is written or signalled (the MCP server's read tools: its watcher repairs, `repair_dead_tests`)."""
     folder = test_dir(settings, test_id)
     result = InferenceTestResult.load(folder / SUMMARY_FILE)
     if result.state != "running" or _worker_alive(folder):
@@ -312,13 +314,14 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
         return result
     tail = report.tail_text(folder / WORKER_LOG)
     error = "the test worker exited before this model finished"
-    for m in result.models_tested:
+    for m in result.models_tested if repair else ():
         if m.state == "running" and m.pid:
             # Its own session outlived the worker: end it, or it runs unwatched.
             stop_group(m.pid, m.pid, m.pid_create_time, 5.0, marker=marker_of_test(folder))
     try:
         server = WorkerRecord.model_validate_json((folder / LOCAL_SERVER_FILE).read_text(encoding="utf-8"))
-        stop_group(server.pid, server.pgid, server.create_time or None, 5.0, marker=marker_of_test(folder))
+        if repair:
+            stop_group(server.pid, server.pgid, server.create_time or None, 5.0, marker=marker_of_test(folder))
     except (FileNotFoundError, ValueError):
         pass
     models = [
@@ -337,11 +340,29 @@ def read_test(settings: Settings, test_id: str) -> InferenceTestResult:
         time.time(),
         note=f"The test worker exited unexpectedly; see {folder / WORKER_LOG}.",
     )
-    failed.dump(folder / SUMMARY_FILE)
+    if repair:
+        failed.dump(folder / SUMMARY_FILE)
     return failed
 
 
-def list_tests(settings: Settings, limit: int = 50) -> list[dict[str, Any]]:
+def repair_dead_tests(settings: Settings) -> list[str]:
+    """Record as failed every running test whose worker died, ending its leftover model
+    processes; the ids repaired. For a server's watcher: reads only the running tests' summaries."""
+    if not settings.tests_dir.is_dir():
+        return []
+    repaired = []
+    for folder in settings.tests_dir.iterdir():
+        try:
+            if not (folder / SPEC_FILE).is_file() or InferenceTestResult.load(folder / SUMMARY_FILE).state != "running":
+                continue
+            if not _worker_alive(folder) and read_test(settings, folder.name).state != "running":
+                repaired.append(folder.name)
+        except (NotFound, ValueError, OSError):
+            continue
+    return repaired
+
+
+def list_tests(settings: Settings, limit: int = 50, repair: bool = True) -> list[dict[str, Any]]:
     """The newest tests first (ids start with their UTC start time), in brief."""
     if not settings.tests_dir.is_dir():
         return []
@@ -349,7 +370,7 @@ def list_tests(settings: Settings, limit: int = 50) -> list[dict[str, Any]]:
     brief = []
     for test_id in ids[:limit]:
         try:
-            result = read_test(settings, test_id)
+            result = read_test(settings, test_id, repair)
         except (NotFound, ValueError, OSError):
             continue
         brief.append(
@@ -430,6 +451,7 @@ async def wait_for_test(
     timeout_s: float,
     on_progress: ProgressCallback | None = None,
     poll_s: float = 0.5,
+    repair: bool = True,
 ) -> InferenceTestResult:
     """Wait until the test ends or `timeout_s` passes, reporting progress as it grows.
 
@@ -439,7 +461,7 @@ async def wait_for_test(
     deadline = time.monotonic() + timeout_s
     reported = -1
     while True:
-        result = await anyio.to_thread.run_sync(read_test, settings, test_id)
+        result = await anyio.to_thread.run_sync(read_test, settings, test_id, repair)
         done, total = progress_of(result)
         if on_progress is not None and done > reported:
             reported = done

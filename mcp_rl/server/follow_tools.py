@@ -16,8 +16,8 @@ from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.errors import tool_errors
 from mcp_rl.server.state import AppState
 from mcp_rl.server.training_tools import (
-    RECONCILE_NOTE,
-    RECONCILING_READ,
+    STATUS_NOTE,
+    STATUS_READ,
     RunId,
     bounded_latest,
 )
@@ -28,7 +28,7 @@ READ_LOG = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WAIT_DOC = f"""Wait for a training run to move on, instead of polling: returns as soon as the run
 reaches `until_step` (default: its next step) or changes state (e.g. starting -> running, or it
 ends), or when the time is up, whichever comes first, with its full status and latest metrics
-(step, reward mean, loss). Not rate-limited. Call it again to keep waiting. {RECONCILE_NOTE}"""
+(step, reward mean, loss). Not rate-limited. Call it again to keep waiting. {STATUS_NOTE}"""
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -63,7 +63,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             lambda: follow.read_log_chunk(settings, run_id, process, cursor, max_bytes)
         )
 
-    @mcp.tool(title="Wait for a run's next step", annotations=RECONCILING_READ, description=WAIT_DOC)
+    @mcp.tool(title="Wait for a run's next step", annotations=STATUS_READ, description=WAIT_DOC)
     @tool_errors
     async def rl_wait_for_run(
         ctx: Context,

@@ -176,7 +176,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         description="Recent inference smoke tests (rl_test_inference), newest first.",
     )
     def tests_resource() -> str:
-        return json.dumps({"tests": service.list_tests(settings)}, indent=1)
+        return json.dumps({"tests": service.list_tests(settings, repair=False)}, indent=1)
 
     @mcp.resource(
         "rl://tests/{test_id}",
@@ -187,7 +187,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     @resource_errors
     def test_resource(test_id: str) -> str:
-        return service.read_test(settings, test_id).model_dump_json(indent=1)
+        return service.read_test(settings, test_id, repair=False).model_dump_json(indent=1)
 
     @mcp.resource(
         "rl://tests/{test_id}/{model}",

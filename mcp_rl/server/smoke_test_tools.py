@@ -7,6 +7,7 @@ Adapters over mcp_rl.inference_test.service.
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 import anyio
@@ -22,8 +23,11 @@ from mcp_rl.server.errors import tool_errors
 from mcp_rl.server.inference_tools import TestId, as_tool_result, collect_hint
 from mcp_rl.server.state import AppState
 
-# Reading a test whose worker died ends its leftover model processes (see read_test).
-READS_TEST = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+log = logging.getLogger(__name__)
+
+# Reads only: a test whose worker died reads as failed, and the server's watcher records that
+# and ends its leftover model processes (see service.read_test and training_tools' repair loop).
+READS_TEST = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 MAX_TESTS_PAGE = 50
 
@@ -69,8 +73,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """The result of a smoke test (rl_test_inference) by its test_id: state, per-model
         accuracy and scores, samples, errors, the best model. Use it to collect a test that was
         still running when rl_test_inference answered; with wait_s it waits (with progress) for
-        the test to end. Side effect: a test whose worker died is recorded as failed and its
-        leftover model processes are ended.
+        the test to end. Read-only: a test whose worker died reads as failed (the server records
+        that and ends its leftover model processes by itself).
         """
         budget = CallBudget(settings.tool_time_budget_s)
         progress = Progress(ctx, budget)
@@ -79,9 +83,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
             async def report(done: float, total: float, message: str) -> None:
                 await progress.report(message, done, total)
 
-            result = await service.wait_for_test(settings, test_id, min(wait_s, budget.remaining()), report)
+            result = await service.wait_for_test(
+                settings, test_id, min(wait_s, budget.remaining()), report, repair=False
+            )
         else:
-            result = await anyio.to_thread.run_sync(service.read_test, settings, test_id)
+            result = await anyio.to_thread.run_sync(service.read_test, settings, test_id, False)
         return as_tool_result(collect_hint(result, settings.tool_time_budget_s))
 
     @mcp.tool(title="List smoke tests", annotations=READS_TEST)
@@ -101,7 +107,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             jobs,
             f"list-tests:{limit}",
             "reading the smoke tests",
-            lambda: service.list_tests(settings, limit),
+            lambda: service.list_tests(settings, limit, repair=False),
             budget,
             Progress(ctx, budget),
         )
@@ -147,3 +153,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 }
             )
         return as_tool_result(result)
+
+    async def repair_tests() -> None:
+        # The read tools only read (a dead worker's test reads as failed); this records the end
+        # and ends the test's leftover model processes.
+        while True:
+            try:
+                repaired = await anyio.to_thread.run_sync(service.repair_dead_tests, settings)
+                if repaired:
+                    log.warning("smoke tests whose worker died were recorded as failed: %s", ", ".join(repaired))
+            except Exception as exc:  # a test folder half-written or removed meanwhile: next time
+                log.debug("repairing dead tests failed: %r", exc)
+            await anyio.sleep(settings.watch_interval_s)
+
+    state.background_tasks.append(repair_tests)

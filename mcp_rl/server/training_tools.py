@@ -29,27 +29,25 @@ from mcp_rl.server.state import AppState
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.models import (
     RunList,
-    RunMetrics,
     RunStarted,
     RunStatus,
     StopResult,
 )
+from mcp_rl.supervisor.pace import CheckLimiter
 from mcp_rl.supervisor.states import TERMINAL_STATES, RunState
 
 log = logging.getLogger(__name__)
 
-# Reading a run's status reconciles it: a run whose supervisor died is recorded as failed and its
-# leftover processes (proven to be the run's) are ended. That is a write, so these are not
-# read-only; it never touches a healthy run, hence not destructive.
-RECONCILING_READ = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
+# Status reads write nothing: a run whose supervisor died reads as failed at once, and the
+# server's own watcher (and every start) records that and ends its leftovers. Hosts that
+# auto-approve read-only tools then let an agent poll without asking the person each time.
+STATUS_READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 STOP = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
-RECONCILE_NOTE = (
-    "Side effect: if the run's supervisor process has died, this records the run as failed (or stopped, "
-    "if a stop was asked for) and ends its leftover processes; a healthy run is never touched."
+STATUS_NOTE = (
+    "Read-only: a run whose supervisor process died reads as failed (or stopped, if a stop was asked for); "
+    "the server records that and ends its leftover processes by itself."
 )
 
 CHECK_STATUS_DOC = """Check a training run: state, per-process status, running time, latest metrics
@@ -57,7 +55,7 @@ CHECK_STATUS_DOC = """Check a training run: state, per-process status, running t
 
 States: starting, running, completed, failed, stopping, stopped. {limit} To wait for the next
 step or the end without polling, use rl_wait_for_run; to follow a log, rl_read_log.
-{reconcile}"""
+{note}"""
 
 MAX_RUNS_PAGE = 100
 # Answers are bounded: an agent pays for every byte, and Claude Code truncates long ones.
@@ -172,13 +170,6 @@ def bounded_metrics(data: dict[str, Any]) -> str:
             indent=1,
         )
     return text
-
-
-def headline_metrics(status: RunStatus) -> RunMetrics | None:
-    """The numbers an agent judges a run by, without the full metrics line."""
-    if status.metrics is None:
-        return None
-    return status.metrics.model_copy(update={"latest": {}})
 
 
 def _start_answer(started: RunStarted, revision: str, key: str | None) -> StartAnswer:
@@ -338,28 +329,30 @@ def register(mcp: MCPServer, state: AppState) -> None:
         return _with_links(answer, answer.run_id, answer.logs)
 
     interval = settings.status_min_interval_s
+    limiter = CheckLimiter(interval)
     limit = (
-        f"Detailed checks of a run still going are limited to one per {interval / 60:g} minutes: "
-        "an earlier repeat answers rate_limited=true with next_check_in_seconds and still gives the "
-        "state, step, reward and loss (only the details are left out); a run that has ended is "
-        "always reported at once."
+        "Detailed checks of a run still going are limited to about ten per run (a tenth of its expected "
+        f"length, at least 30 s and at most {interval / 60:g} min): an earlier repeat answers rate_limited=true "
+        "with next_check_in_seconds and still gives the state, step, reward and loss (only the details are "
+        "left out); a run that has ended is never limited."
         if interval > 0
         else "Checks are not rate-limited on this server."
     )
 
     @mcp.tool(
         title="Check a training run",
-        annotations=RECONCILING_READ,
-        description=CHECK_STATUS_DOC.format(limit=limit, reconcile=RECONCILE_NOTE),
+        annotations=STATUS_READ,
+        description=CHECK_STATUS_DOC.format(limit=limit, note=STATUS_NOTE),
     )
     @tool_errors
     async def rl_check_status(run_id: RunId) -> Annotated[CallToolResult, RunStatus]:
         def check() -> RunStatus:
-            status = service.run_status(settings, run_id, min_interval_s=settings.status_min_interval_s)
-            if status.rate_limited:
+            status = service.run_status(settings, run_id, repair=False)
+            limited = limiter.admit(status, time.monotonic())
+            if limited is not None:
                 # The limit spares the agent's context, not information: the headline numbers
                 # come from the run's own files and cost nothing.
-                status.metrics = headline_metrics(service.run_status(settings, run_id))
+                return service.short_status(status, *limited)
             return bounded_latest(status)
 
         status = await anyio.to_thread.run_sync(check)
@@ -401,7 +394,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             return _stop_answer(result, job.running_for())
         return await _wait_for_stop(settings, run_id, budget, progress)
 
-    @mcp.tool(title="List training runs", annotations=RECONCILING_READ)
+    @mcp.tool(title="List training runs", annotations=STATUS_READ)
     @tool_errors
     async def rl_list_runs(
         offset: Annotated[int, Field(ge=0, description="First run to return (newest first).")] = 0,
@@ -410,10 +403,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """List training runs, newest first, with state, step and latest reward mean, a page at a time.
 
         Runs are kept on disk, so this includes runs started by earlier servers. `next_offset`
-        gives the next page. Side effect: runs whose supervisor died are recorded as failed (see
-        rl_check_status).
+        gives the next page. Read-only: runs whose supervisor died read as failed (the server
+        records that by itself).
         """
-        every = await anyio.to_thread.run_sync(lambda: service.list_runs(settings))
+        every = await anyio.to_thread.run_sync(lambda: service.list_runs(settings, repair=False))
         page = every.runs[offset : offset + limit]
         total = len(every.runs)
         return RunPage(
@@ -434,7 +427,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         description="Every training run, newest first, with its state and latest reward.",
     )
     def runs_resource() -> str:
-        return service.list_runs(settings).model_dump_json(indent=2)
+        return service.list_runs(settings, repair=False).model_dump_json(indent=2)
 
     @mcp.resource(
         "rl://runs/{run_id}",
@@ -445,7 +438,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     )
     @resource_errors
     def run_resource(run_id: str) -> str:
-        return bounded_latest(service.run_status(settings, run_id)).model_dump_json(indent=2)
+        return bounded_latest(service.run_status(settings, run_id, repair=False)).model_dump_json(indent=2)
 
     @mcp.resource(
         "rl://runs/{run_id}/config",
@@ -483,10 +476,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
     def run_log_resource(run_id: str, process: str, tail: int = service.DEFAULT_LOG_TAIL) -> str:
         return bounded_log(service.read_log(settings, run_id, process, tail), run_id, process)
 
-    # --- start-up ---------------------------------------------------------------------------
+    # --- start-up and the repair of dead runs ----------------------------------------------
     async def reconcile_runs() -> None:
         # In the background: ending a dead run's leftover processes can take a grace period,
-        # and start-up must stay fast. Status calls reconcile the run they look at anyway.
+        # and start-up must stay fast.
         def work() -> None:
             try:
                 service.reconcile(settings)
@@ -495,4 +488,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         threading.Thread(target=work, name="reconcile-runs", daemon=True).start()
 
+    async def repair_runs() -> None:
+        # The status tools only read (a dead run reads as failed); this records the end and
+        # has a detached stopper end the leftovers, within a watch interval of the death.
+        while True:
+            try:
+                repaired = await anyio.to_thread.run_sync(lambda: service.repair_dead_runs(settings))
+                if repaired:
+                    log.warning("runs whose supervisor died were recorded as ended: %s", ", ".join(repaired))
+            except Exception as exc:  # a locked or half-created state.db: try again next time
+                log.debug("repairing dead runs failed: %r", exc)
+            await anyio.sleep(settings.watch_interval_s)
+
     state.startup_hooks.append(reconcile_runs)
+    state.background_tasks.append(repair_runs)

@@ -88,6 +88,37 @@ def refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord
     return registry.get_run(run.run_id) or run
 
 
+def observe(run: RunRecord) -> RunRecord:
+    """What `refresh` would record, without writing: an active run whose supervisor is gone reads
+    as failed (or stopped, if a stop was asked for). Status reads use this, so polling writes
+    nothing; the server's own watcher (`repair_dead_runs`) and the next start record the end."""
+    if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
+        return run
+    if run.state == RunState.STOPPING:
+        return run.model_copy(
+            update={"state": RunState.STOPPED, "cause": "stopped on request; the supervisor was gone"}
+        )
+    pid = run.supervisor_pid
+    cause = (
+        f"the run supervisor (pid {pid}) died while the run was {run.state}; its remaining processes are being "
+        f"ended (only those proven to be the run's). Check rl://runs/{run.run_id}/logs/supervisor."
+        if pid
+        else "the run supervisor never started (the server that launched it stopped first)"
+    )
+    return run.model_copy(update={"state": RunState.FAILED, "cause": cause})
+
+
+def repair_dead_runs(settings: Settings) -> list[str]:
+    """Record the end of every active run whose supervisor is gone (its leftovers are ended by a
+    detached stopper); the ids repaired. For a server's watcher: one query when nothing is wrong."""
+    registry = registry_for(settings)
+    repaired = []
+    for run in registry.list_runs(ACTIVE_STATES):
+        if refresh(registry, run, settings) is not run:
+            repaired.append(run.run_id)
+    return repaired
+
+
 def launch_stopper(settings: Settings, run: RunRecord, cause: str) -> int | None:
     """Start a detached `mcp_rl.supervisor.stopper` for `run`; returns its pid (None on failure)."""
     run_dir = Path(run.run_dir)

@@ -53,8 +53,10 @@ from mcp_rl.supervisor.models import (
 from mcp_rl.supervisor.reconcile import (
     end_leftovers,
     launch_stopper,
+    observe,
     reconcile,
     refresh,
+    repair_dead_runs,
 )
 from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import (
@@ -80,6 +82,7 @@ __all__ = [
     "read_metrics",
     "reconcile",
     "registry_for",
+    "repair_dead_runs",
     "run_status",
     "start_run",
     "stop_run",
@@ -214,20 +217,14 @@ def _launch_supervisor(settings: Settings, registry: Registry, run_id: str, run_
 
 
 # --- status --------------------------------------------------------------------------------
-def run_status(settings: Settings, run_id: str, min_interval_s: float = 0.0) -> RunStatus:
-    """The state of one run from local state. With `min_interval_s`, repeated checks of a run
-    still going get a short answer (state only) until the interval has passed."""
+def run_status(settings: Settings, run_id: str, repair: bool = True) -> RunStatus:
+    """The state of one run from local state. A run whose supervisor died reads as failed either
+    way; with `repair` the end is also recorded (and its leftovers ended by a detached stopper),
+    without it nothing is written (the MCP server's status tools: its watcher repairs)."""
     registry = registry_for(settings)
-    run = refresh(registry, _get_run(registry, run_id), settings)
-    now = time.time()
-    if min_interval_s > 0:
-        last = registry.last_check(run.run_id)
-        ended_since = last is not None and run.state in TERMINAL_STATES and last.state not in TERMINAL_STATES
-        if last is not None and now - last.checked_at < min_interval_s and not ended_since:
-            wait = min_interval_s - (now - last.checked_at)
-            return _short_status(run, now, wait)
-        registry.record_check(run.run_id, run.state, now)
-    return _full_status(registry, run, now)
+    run = _get_run(registry, run_id)
+    run = refresh(registry, run, settings) if repair else observe(run)
+    return _full_status(registry, run, time.time())
 
 
 def _running_minutes(run: RunRecord, now: float) -> float:
@@ -259,21 +256,34 @@ def _identity(run: RunRecord, now: float) -> dict[str, Any]:
     }
 
 
-def _short_status(run: RunRecord, now: float, wait: float) -> RunStatus:
+def short_status(full: RunStatus, wait: float, why: str) -> RunStatus:
+    """A rate-limited answer: the identity and headline numbers of `full`, not its details."""
+    metrics = full.metrics.model_copy(update={"latest": {}}) if full.metrics else None
     return RunStatus(
-        **_identity(run, now),
+        run_id=full.run_id,
+        status=full.status,
+        environment=full.environment,
+        backend=full.backend,
+        running_time_minutes=full.running_time_minutes,
+        cause=full.cause,
+        error=full.error,
+        metrics=metrics,
         rate_limited=True,
         next_check_in_seconds=round(wait, 1),
-        wandb_project=run.wandb_project,
-        wandb_run_name=run.wandb_run_name,
-        created_at=run.created_at,
-        ended_at=run.ended_at,
+        wandb_project=full.wandb_project,
+        wandb_run_name=full.wandb_run_name,
+        created_at=full.created_at,
+        ended_at=full.ended_at,
         message=(
-            f"Run {run.run_id} is {run.state}. Training takes hours, so detailed checks are limited: "
-            f"check again in {wait / 60:.0f} min (a run that ends is reported at once). "
-            f"Logs stay readable at rl://runs/{run.run_id}/logs/trainer."
+            f"Run {full.run_id} is {full.status}. Detailed checks are limited to {why}: check again in "
+            f"{_in_words(wait)} (a run that ends is reported at once), or wait with rl_wait_for_run. "
+            f"Logs stay readable at rl://runs/{full.run_id}/logs/trainer."
         ),
     )
+
+
+def _in_words(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
@@ -362,13 +372,14 @@ def _metrics(path: Path, trainer_status: dict[str, Any]) -> RunMetrics | None:
 
 
 # --- list ----------------------------------------------------------------------------------
-def list_runs(settings: Settings) -> RunList:
+def list_runs(settings: Settings, repair: bool = True) -> RunList:
+    """Every run, newest first; `repair` as in `run_status`."""
     registry = registry_for(settings)
     now = time.time()
     summaries = []
     notes = []
     for run in registry.list_runs():
-        run = refresh(registry, run, settings)
+        run = refresh(registry, run, settings) if repair else observe(run)
         latest = last_json_line(Path(run.run_dir) / METRICS_FILE) or {}
         step = latest.get(STEP_KEY)
         summaries.append(

@@ -128,6 +128,14 @@ async def test_a_dead_worker_reads_as_failed_and_its_models_are_ended(home: Path
             10,
             "the worker to die",
         )
+        folder = home / "tests" / started.test_id
+        summary = (folder / "summary.json").read_bytes()
+        # A read (the MCP tools') says failed at once and writes or signals nothing ...
+        seen = service.read_test(settings, started.test_id, repair=False)
+        assert seen.state == "failed" and (folder / "summary.json").read_bytes() == summary
+        assert _processes_under(folder)
+        # ... the server's watcher records it and ends the leftovers.
+        assert service.repair_dead_tests(settings) == [started.test_id]
         result = service.read_test(settings, started.test_id)
     assert result.state == "failed" and "worker exited" in result.message
     assert result.models_tested[0].state == "failed"

@@ -183,20 +183,29 @@ async def test_a_slow_import_answers_within_the_budget_and_the_next_select_colle
         assert again["status"] == "selected" and again["config_source"] == "config_init"
 
 
-async def test_rate_limited_checks_still_carry_step_reward_and_loss(home: Path) -> None:
+async def test_rate_limited_checks_still_carry_step_reward_and_loss_and_ended_runs_are_never_limited(
+    home: Path,
+) -> None:
     settings = _settings(home, MCP_RL_STATUS_MIN_INTERVAL="1800")
-    _record_run(settings, "abc12345")
+    _record_run(settings, "abc12345", state=RunState.RUNNING)  # within its launch window: not dead
+    _record_run(settings, "done1234")
     async with Client(build_server(settings)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         full = (await client.call_tool("rl_check_status", {"run_id": "abc12345"})).structured_content
         short = (await client.call_tool("rl_check_status", {"run_id": "abc12345"})).structured_content
+        ended = [
+            (await client.call_tool("rl_check_status", {"run_id": "done1234"})).structured_content for _ in range(3)
+        ]
     assert not full["rate_limited"] and full["metrics"]["latest"]
     assert short["rate_limited"] and short["metrics"]["step"] == 3
     assert short["metrics"]["reward_mean"] == pytest.approx(0.3) and short["metrics"]["loss"] == pytest.approx(1 / 3)
     assert short["metrics"]["latest"] == {}
+    # No planned step count known: the start-up interval (60 s), not the 30 min ceiling.
+    assert 0 < short["next_check_in_seconds"] <= 60 and "Training takes hours" not in short["message"]
+    assert all(not e["rate_limited"] and e["status"] == "completed" and e["metrics"]["latest"] for e in ended)
     check = tools["rl_check_status"]
-    assert check.annotations.read_only_hint is False and check.annotations.destructive_hint is False
-    assert "records the run as failed" in check.description
+    assert check.annotations.read_only_hint is True
+    assert "reads as failed" in check.description
 
 
 async def test_runs_are_listed_a_page_at_a_time(home: Path) -> None:

@@ -107,26 +107,36 @@ def test_stopping_an_ended_run_is_a_no_op_that_says_so(settings: Settings, regis
     assert registry.get_run("done").state == RunState.COMPLETED
 
 
-def test_status_rate_limit_keeps_the_state_and_reports_an_end_at_once(
+def _footprint(settings: Settings) -> dict[str, tuple[int, int, bytes]]:
+    """Size, mtime and bytes of every file under the state directory except SQLite's shared-
+    memory index (-shm: readers map it; it holds no data)."""
+    out = {}
+    for path in sorted(settings.home.rglob("*")):
+        if path.is_file() and not path.name.endswith("-shm"):
+            st = path.stat()
+            out[str(path)] = (st.st_size, st.st_mtime_ns, path.read_bytes())
+    return out
+
+
+def test_a_status_read_of_a_dead_run_writes_nothing_and_the_repair_records_it(
     tmp_path: Path, settings: Settings, registry: Registry
 ) -> None:
-    sup = _sleeper(tmp_path, "sup")
-    try:
-        run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=sup)
-        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.25, "train/loss": 0.5}) + "\n")
-        first = service.run_status(settings, "r1", min_interval_s=1800)
-        assert not first.rate_limited and first.metrics.step == 1 and first.metrics.reward_mean == 0.25
-        second = service.run_status(settings, "r1", min_interval_s=1800)
-        assert second.rate_limited and second.status == RunState.RUNNING and 1700 < second.next_check_in_seconds <= 1800
-        assert second.metrics is None
-        registry.transition("r1", RunState.FAILED, "trainer exited with exit code 1")
-        ended = service.run_status(settings, "r1", min_interval_s=1800)
-        assert not ended.rate_limited and ended.status == RunState.FAILED and "exit code 1" in ended.error
-        again = service.run_status(settings, "r1", min_interval_s=1800)
-        assert again.rate_limited and again.status == RunState.FAILED and "exit code 1" in again.error
-        assert not service.run_status(settings, "r1", min_interval_s=0).rate_limited
-    finally:
-        processes.stop_group(sup.pid, sup.pgid, sup.create_time, 2)
+    dead = _sleeper(tmp_path, "dead-supervisor")
+    processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
+    run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.25}) + "\n")
+    before = _footprint(settings)
+    status = service.run_status(settings, "r1", repair=False)
+    listed = service.list_runs(settings, repair=False)
+    # It reads as failed at once, with the cause, and nothing on disk changed.
+    assert status.status == RunState.FAILED and "supervisor" in status.error and status.metrics.step == 1
+    assert listed.runs[0].status == RunState.FAILED
+    assert _footprint(settings) == before
+    assert registry.get_run("r1").state == RunState.RUNNING
+    # The server's watcher records it (and a detached stopper ends what is left).
+    assert service.repair_dead_runs(settings) == ["r1"]
+    assert registry.get_run("r1").state == RunState.FAILED and "supervisor" in registry.get_run("r1").cause
+    assert service.repair_dead_runs(settings) == []
 
 
 def test_status_is_fast_and_reads_only_the_end_of_the_metrics(
