@@ -78,8 +78,22 @@ STEP_SECONDS_KEY = "time/step_seconds"
 # Logged by environments that grade answers (the trainer never writes these).
 PERCENT_CORRECT_KEY = "train/percent_correct"
 EVAL_PERCENT_CORRECT_KEY = "eval/percent_correct"
+# What a step cost (mcp_rl.costs): tokens sent to / returned by a paid backend in the step, and
+# the estimated USD of the step and of the run so far (null: rates unknown; 0 on a free backend).
+COST_PREFILL_TOKENS_KEY = "cost/prefill_tokens"
+COST_SAMPLED_TOKENS_KEY = "cost/sampled_tokens"
+COST_TRAINED_TOKENS_KEY = "cost/trained_tokens"
+COST_STEP_USD_KEY = "cost/step_usd_estimated"
+COST_TOTAL_USD_KEY = "cost/total_usd_estimated"
+COST_KEYS = (
+    COST_PREFILL_TOKENS_KEY,
+    COST_SAMPLED_TOKENS_KEY,
+    COST_TRAINED_TOKENS_KEY,
+    COST_STEP_USD_KEY,
+    COST_TOTAL_USD_KEY,
+)
 # Bookkeeping, not a measure of the model: never summarised as a metric.
-BOOKKEEPING_KEYS = frozenset({STEP_KEY, TIME_KEY, TOKENS_KEY, STEP_SECONDS_KEY})
+BOOKKEEPING_KEYS = frozenset({STEP_KEY, TIME_KEY, TOKENS_KEY, STEP_SECONDS_KEY, *COST_KEYS})
 
 
 # --- the trainer's phase ---------------------------------------------------------------------
@@ -169,6 +183,8 @@ class TrainerStatus(BaseModel):
     # Seconds spent so far in a remote service's queue for our model (phase waiting_for_model).
     model_wait_s: float | None = None
     startup: TrainerStartup | None = None
+    # Why a trainer stopped by itself (phase stopped without a stop request), e.g. its cost cap.
+    stop_cause: str | None = None
 
     def recorded(self) -> dict[str, Any]:
         """The known fields the file held with a usable value (for answers: nothing made up)."""

@@ -57,6 +57,7 @@ ENV_NAMES = {
     "api_unresponsive_s": "MCP_RL_API_UNRESPONSIVE_TIMEOUT",
     "stop_grace_s": "MCP_RL_STOP_GRACE",
     "trainer_stop_grace_s": "MCP_RL_TRAINER_STOP_GRACE",
+    "confirm_above_usd": "MCP_RL_CONFIRM_ABOVE_USD",
 }
 
 # Bounds of MCP_RL_WATCH_INTERVAL (values outside are clamped to them).
@@ -219,6 +220,11 @@ class Settings(BaseModel):
     api_unresponsive_s: float | None = Field(None, gt=0)
     stop_grace_s: float | None = Field(None, gt=0)
     trainer_stop_grace_s: float | None = Field(None, gt=0)
+    # The user's own pricing file (same form as configs/pricing.yaml), read over the packaged one.
+    pricing_file: Path | None = None
+    # A paid start (Tinker run, OpenRouter smoke test) whose estimate is above this many USD and
+    # has no cost cap is refused until a cap is set (or the person says yes when asked).
+    confirm_above_usd: float = Field(5.0, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _wandb_within_budget(self) -> Settings:
@@ -280,6 +286,8 @@ class Settings(BaseModel):
             api_unresponsive_s=_seconds(env, "MCP_RL_API_UNRESPONSIVE_TIMEOUT"),
             stop_grace_s=_seconds(env, "MCP_RL_STOP_GRACE"),
             trainer_stop_grace_s=_seconds(env, "MCP_RL_TRAINER_STOP_GRACE"),
+            pricing_file=Path(pf).expanduser().resolve() if (pf := env.get("MCP_RL_PRICING_FILE")) else None,
+            confirm_above_usd=_float(env, "MCP_RL_CONFIRM_ABOVE_USD", 5.0),
         )
 
     # --- the state directory -------------------------------------------------------------

@@ -282,6 +282,9 @@ class RunSupervisor:
         step, num_steps = status.step, status.num_steps
         if status.phase == TrainerPhase.DONE:
             return Verdict(RunState.COMPLETED, f"trainer finished step {step} of {num_steps}")
+        if status.phase == TrainerPhase.STOPPED and status.stop_cause:
+            # The trainer ended itself (its cost cap): a stop, with the trainer's words.
+            return Verdict(RunState.STOPPED, f"{status.stop_cause}; stopped after step {step} of {num_steps}")
         return Verdict(
             RunState.FAILED,
             f"trainer exited 0 without finishing (phase {_phase(status)}, step {step} of {num_steps}"
@@ -352,7 +355,9 @@ class RunSupervisor:
         else:
             self.registry.transition(self.run_id, RunState.STOPPING, verdict.cause)
             self._stop_all("stopped on request")
-            self.registry.transition(self.run_id, RunState.STOPPED, "stopped on request; no process left")
+            requested = verdict.cause.startswith("stop requested")
+            ended = "stopped on request" if requested else verdict.cause
+            self.registry.transition(self.run_id, RunState.STOPPED, f"{ended}; no process left")
         # A stop requested while the run was failing or completing still ends as stopped.
         self.registry.transition(self.run_id, RunState.STOPPED, "stopped on request; no process left")
         run = self.registry.get_run(self.run_id)

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from mcp_rl import processes
+from mcp_rl.costs.tracker import CostTracker, tracker_for
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase, TrainerStartup
 from mcp_rl.settings import Settings
@@ -118,6 +119,8 @@ class Trainer:
         self.last_state_step = 0
         self.final_weights: str | None = None
         self._recorded_sampler: tuple[int, str] | None = None
+        # Per-step tokens and estimated cost, and the cost cap (mcp_rl.costs): set once loaded.
+        self.costs: CostTracker | None = None
         self._notices = Notices()
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -205,6 +208,7 @@ class Trainer:
     async def _load(self) -> int:
         self.recorder.update(phase=TrainerPhase.LOADING_MODEL)
         self.backend = await asyncio.to_thread(self.backend_factory, self.config, self.settings)
+        self.costs = tracker_for(self.backend, self.config, self.settings)
         start_step = 0
         state = last_state(self.config.paths.checkpoints_index) if self.t.resume else None
         if state is not None:
@@ -314,8 +318,11 @@ class Trainer:
             if self.batcher is not None:
                 metrics.update(self.batcher.step_metrics())
             metrics[STEP_SECONDS_KEY] = time.monotonic() - began
+            if self.costs is not None:
+                metrics.update(self.costs.step())
             line = self.recorder.metrics(step, metrics)
             self.recorder.update(step=step)
+            self._check_cost_cap(step)
             self._log_wandb(step, line)
             log.info(
                 "step %d/%d reward/mean=%.3f loss=%.4f %.1fs",
@@ -330,6 +337,15 @@ class Trainer:
                 self.recorder.update(phase=TrainerPhase.SAVING)
                 await asyncio.to_thread(self._save, step, False)
         return True
+
+    def _check_cost_cap(self, step: int) -> None:
+        """When the next step would pass max_cost_usd, end after this one: the stop saves a
+        checkpoint that is kept, and the cause goes to trainer_status.json for the supervisor."""
+        cause = self.costs.cap_reached() if self.costs is not None else None
+        if cause is None or step >= self.t.num_steps or self.stop.is_set():
+            return
+        self.recorder.update(stop_cause=cause)
+        self.request_stop(cause)
 
     def _train_step(self, step: int, batch: list[dict[str, Any]], adam: AdamParams) -> dict[str, Any]:
         assert self.backend is not None

@@ -435,6 +435,8 @@ def build_app(wire: TinkerWire) -> Any:
                 "prompt": prompt,
                 "params": params,
                 "num_samples": data.get("num_samples"),
+                # What the service generates (billed as sampled tokens).
+                "sampled_tokens": sum(len(tokens) for tokens, _, _ in sequences),
                 "version": version,
                 "arrived": arrived,
             }

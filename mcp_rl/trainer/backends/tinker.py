@@ -23,6 +23,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from mcp_rl.costs.meter import TokenMeter
 from mcp_rl.trainer.backends.base import (
     AdamParams,
     ForwardBackwardResult,
@@ -125,6 +126,8 @@ class TinkerBackend(TrainingBackend):
         self.sampling: Any = None
         self._resume_from: str | None = None
         self._closed = False
+        # What Tinker bills, counted at each SDK call (mcp_rl.costs): the trainer takes it per step.
+        self.meter = TokenMeter()
 
     @classmethod
     def from_settings(cls, config: RunConfig, settings: Settings) -> TinkerBackend:
@@ -227,6 +230,7 @@ class TinkerBackend(TrainingBackend):
             )
         )
         out = []
+        self.meter.add(prefill=len(request.prompt_tokens), sampled=sum(len(seq.tokens) for seq in response.sequences))
         for seq in response.sequences:
             tokens = list(seq.tokens)
             logprobs = list(seq.logprobs or [])
@@ -280,6 +284,7 @@ class TinkerBackend(TrainingBackend):
                 for i in missing
             ]
             output = _wait(self.training.forward(probe, LOGPROBS_LOSS_FN))
+            self.meter.add(prefill=sum(len(examples[i].input_tokens) for i in missing))
             for i, item in zip(missing, output.loss_fn_outputs, strict=True):
                 current[i] = [float(x) for x in item["logprobs"].tolist()]
         return [self.datum(e, current.get(i)) for i, e in enumerate(examples)]
@@ -309,7 +314,9 @@ class TinkerBackend(TrainingBackend):
         return ForwardBackwardResult(loss=float(loss), training_logprobs=training_logprobs, extra=extra)
 
     def forward_backward(self, examples: list[TrainingExample]) -> ForwardBackwardResult:
-        return self._result(_wait(self.training.forward_backward(self._datums(examples), LOSS_FN)))
+        result = self._result(_wait(self.training.forward_backward(self._datums(examples), LOSS_FN)))
+        self.meter.add(trained=sum(len(e.input_tokens) for e in examples))
+        return result
 
     def optim_step(self, params: AdamParams) -> None:
         _wait(self.training.optim_step(self._adam(params)))
@@ -327,6 +334,7 @@ class TinkerBackend(TrainingBackend):
         optim = self.training.optim_step(self._adam(params))
         sampler = self.training.save_weights_and_get_sampling_client()
         result = self._result(_wait(fwd_bwd))
+        self.meter.add(trained=sum(len(e.input_tokens) for e in examples))
         _wait(optim)
         self.sampling = _wait(sampler)
         return result, None

@@ -1,0 +1,77 @@
+"""Rates and estimates: the packaged table, the user's file over it, and a table that cannot
+price the run's model, which makes the estimate "unknown" (never $0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mcp_rl.costs.estimate import RunShape, estimate_run
+from mcp_rl.costs.rates import tinker_rates
+from mcp_rl.settings import Settings
+
+
+def settings(tmp_path: Path, pricing: str | None = None) -> Settings:
+    env = {"MCP_RL_HOME": str(tmp_path / "home")}
+    if pricing is not None:
+        path = tmp_path / "mine.yaml"
+        path.write_text(pricing)
+        env["MCP_RL_PRICING_FILE"] = str(path)
+    return Settings.from_env(env)
+
+
+SHAPE = RunShape(
+    backend="tinker",
+    model="Qwen/Qwen3-8B",
+    steps=10,
+    batch_size=8,
+    group_size=4,
+    max_tokens=100,
+    max_sequence=1000,
+    eval_every=0,
+    prompt_tokens=(10, 50),
+)
+
+
+def test_the_packaged_rates_carry_a_date_and_source(tmp_path: Path) -> None:
+    rates = tinker_rates(settings(tmp_path), "Qwen/Qwen3-8B").rates
+    assert rates is not None and rates.exact and rates.date == "2026-10-07" and "tinker-docs" in rates.source
+    assert rates.cached_prefill < rates.prefill
+    # A model not listed gets its size class, marked as an approximation.
+    small = tinker_rates(settings(tmp_path), "Qwen/Qwen3-4B-Instruct-2507").rates
+    assert small is not None and not small.exact and "APPROXIMATE" in small.describe()
+
+
+def test_the_users_file_is_read_over_the_packaged_one(tmp_path: Path) -> None:
+    mine = "tinker:\n  models:\n    Qwen/Qwen3-8B: {prefill: 1, sample: 2, train: 3, date: '2026-11-01', source: me}\n"
+    rates = tinker_rates(settings(tmp_path, mine), "Qwen/Qwen3-8B").rates
+    assert rates is not None and (rates.prefill, rates.cached_prefill, rates.sample, rates.train) == (1, 1, 2, 3)
+    high = estimate_run(SHAPE, tinker_rates(settings(tmp_path, mine), "Qwen/Qwen3-8B")).run_usd["high"]
+    # 10 steps x (2 groups x 50 prefill + 8 x 100 sampled + 8 x 150 trained) + 2 evaluations of 8 x (50 + 100).
+    assert high == pytest.approx((10 * (2 * 50 * 1 + 800 * 2 + 1200 * 3) + 2 * (400 * 1 + 800 * 2)) / 1e6)
+
+
+@pytest.mark.parametrize(
+    ("pricing", "model", "words"),
+    [
+        ("tinker: [unclosed", "Qwen/Qwen3-8B", "does not parse"),
+        ("tinker:\n  models:\n    Qwen/Qwen3-8B: {prefill: .nan, sample: 1, train: 1}\n", "Qwen/Qwen3-8B", "prefill"),
+        ("tinker:\n  sizes: []\n", "Qwen/Qwen3-4B", "no Tinker rate"),
+        (None, "moonshotai/Kimi-K2-Thinking", "no Tinker rate"),
+    ],
+)
+def test_a_table_that_cannot_price_the_model_makes_the_estimate_unknown(
+    tmp_path: Path, pricing: str | None, model: str, words: str
+) -> None:
+    lookup = tinker_rates(settings(tmp_path, pricing), model)
+    assert lookup.rates is None and words in (lookup.problem or "")
+    estimate = estimate_run(RunShape(**{**SHAPE.__dict__, "model": model}), lookup)
+    assert not estimate.known and estimate.high() is None
+    assert "unknown" in estimate.summary() and words in estimate.summary()
+    assert "$0" not in estimate.summary()
+
+
+def test_a_local_run_is_free(tmp_path: Path) -> None:
+    estimate = estimate_run(RunShape(**{**SHAPE.__dict__, "backend": "local"}), None)
+    assert estimate.free and estimate.high() == 0.0 and estimate.summary().startswith("$0")

@@ -1,0 +1,105 @@
+"""Costs on the wire: the REAL tinker SDK against the loopback Tinker (tests/fakes/tinker_server.py).
+The tokens a run reports per step are the tokens the server received and generated, and a run
+with a small max_cost_usd ends at the cap: stopped, its checkpoint kept, the cause in words."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mcp_rl.costs.rates import tinker_rates
+from mcp_rl.rundir import (
+    COST_PREFILL_TOKENS_KEY,
+    COST_SAMPLED_TOKENS_KEY,
+    COST_STEP_USD_KEY,
+    COST_TOTAL_USD_KEY,
+    COST_TRAINED_TOKENS_KEY,
+)
+from mcp_rl.settings import Settings
+from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest
+from mcp_rl.trainer.loop import Trainer
+from tests.fakes.tinker_server import write_tiny_tokenizer
+from tests.trainer.run_harness import child_env, http_ok, start, venv_bin, wait_until
+from tests.trainer.test_tinker_backend import _group, _tinker_config, _wait_registered, example, make_backend, serve
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def test_the_meter_counts_what_the_server_received_and_generated(tokenizer_dir: str) -> None:
+    with serve(tokenizer_dir) as server:
+        backend = make_backend(server)
+        backend.prepare()
+        backend.meter.take()
+        for prompt, n in (([1, 2, 3], 3), ([4, 5, 6, 7, 8], 2)):
+            backend.sample(SamplingRequest(prompt_tokens=prompt, n=n, max_tokens=5, temperature=1.0))
+        batch = [example([5, 6, 7, 8], 1.0, [-0.5] * 4), example([5, 6, 9], -1.0, [-0.4] * 3)]
+        backend.train_step(batch, AdamParams(learning_rate=1e-5), 1)
+        counts = backend.meter.take()
+        wire = server.wire
+        assert counts.prefill == sum(len(s["prompt"]) for s in wire.samples) == 8
+        assert counts.sampled == sum(s["sampled_tokens"] for s in wire.samples) == 15
+        assert counts.trained == sum(len(d["target_tokens"]) for d in wire.forward_backward[-1]["datums"]) == 7
+        assert backend.meter.take().trained == 0  # taken once
+        backend.close("success")
+
+
+@pytest.mark.anyio
+async def test_a_run_reports_the_servers_tokens_and_ends_at_its_cost_cap_with_the_checkpoint_kept(
+    tmp_path: Path, tokenizer_dir: str
+) -> None:
+    # A step of 4 sequences of 5 input tokens costs 20 trained tokens: $8.8e-6 at Qwen3-8B's
+    # rate, so a $1.5e-5 cap lets one step through and stops before the second would pass it.
+    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=3, batch_size=4, group_size=2, run_id="costcap")
+    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"max_cost_usd": 1.5e-5})})
+    api_url = f"http://127.0.0.1:{config.ports.api}"
+    api = start(
+        "api",
+        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
+        tmp_path / "api.log",
+        child_env(tmp_path),
+        tmp_path,
+    )
+    try:
+        with serve(tokenizer_dir) as server:
+            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            settings = Settings.from_env({**child_env(tmp_path), "MCP_RL_TINKER_CHECKPOINT_TTL": "86400"})
+            trainer = Trainer(
+                config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s)
+            )
+            task = asyncio.create_task(trainer.run())
+            await _wait_registered(api_url, task)
+            async with httpx.AsyncClient() as http:
+                for scores in ([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]):
+                    (await http.post(f"{api_url}/scored_data", json=_group(scores))).raise_for_status()
+            assert await asyncio.wait_for(task, 120) == 0
+            wire = server.wire
+    finally:
+        api.stop()
+
+    lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1]
+    line = lines[0]
+    received = sum(len(d["target_tokens"]) for d in wire.forward_backward[0]["datums"])
+    assert line[COST_TRAINED_TOKENS_KEY] == received == 20
+    assert line[COST_SAMPLED_TOKENS_KEY] == 0 and line[COST_PREFILL_TOKENS_KEY] == 0  # groups posted, not sampled
+    rates = tinker_rates(settings, config.trainer.base_model).rates
+    assert rates is not None
+    assert line[COST_STEP_USD_KEY] == pytest.approx(20 * rates.train / 1e6)
+    assert line[COST_TOTAL_USD_KEY] == pytest.approx(line[COST_STEP_USD_KEY])
+
+    status = json.loads(config.paths.trainer_status.read_text())
+    assert status["phase"] == "stopped" and status["step"] == 1
+    assert status["stop_cause"].startswith("cost cap reached at $")
+    # The checkpoint saved at the stop is kept: no expiry on the service.
+    records = [json.loads(x) for x in config.paths.checkpoints_index.read_text().splitlines()]
+    assert {r["step"] for r in records} == {1}
+    saved = {s["path"]: s["ttl_seconds"] for s in wire.saves if s["kind"] != "ephemeral"}
+    assert records and all(saved[r["path"]] is None for r in records)
+    assert len(wire.forward_backward) == 1
