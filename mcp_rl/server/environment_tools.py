@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import anyio
 from mcp.server import MCPServer
@@ -21,6 +21,12 @@ from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
+
+# Every JSON type a config field or run option can take, so the schema gives `value` a type (strict
+# function calling refuses an untyped property; Gemini declarations want one). A nested list or a
+# mapping goes as JSON text, which edit_config parses.
+Scalar = str | int | float | bool
+EditValue = Scalar | list[Scalar] | None
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 IDEMPOTENT_EDIT = ToolAnnotations(
@@ -310,7 +316,13 @@ def register(mcp: MCPServer, state: AppState) -> None:
     async def rl_edit_config(
         ctx: Context,
         field: Annotated[str, Field(description="A configurable field or run option name from rl_get_current_config.")],
-        value: Annotated[Any, Field(description="New value, of the field's type (numbers and booleans as JSON).")],
+        value: Annotated[
+            EditValue,
+            Field(
+                description="New value, of the field's type: a number, boolean, string, list of scalars, or null "
+                "(numbers and booleans sent as text are read as JSON; a nested list or a mapping goes as JSON text)."
+            ),
+        ],
     ) -> EditAnswer:
         """Change one field of the selected environment's config, or one run option.
 

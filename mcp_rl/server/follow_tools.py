@@ -77,9 +77,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         timeout_s: Annotated[
             float | None,
             Field(
-                gt=0,
+                # ge, not gt: exclusiveMinimum is not in Gemini's schema subset (a boolean in OpenAPI 3.0).
+                ge=0.1,
                 allow_inf_nan=False,
-                description="Wait at most this long (capped at the server's time budget, default 45 s).",
+                description="Wait at most this long, in seconds (capped at the server's time budget, default 45 s).",
             ),
         ] = None,
     ) -> follow.RunWait:
