@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp_rl.costs.estimate import Estimate, RunShape, estimate_run
 from mcp_rl.costs.rates import tinker_rates
+from mcp_rl.errors import UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
 
@@ -35,3 +38,31 @@ def estimate_training(settings: Settings, config: RunConfig) -> Estimate:
     if shape.backend != "tinker":
         return estimate_run(shape, None)
     return estimate_run(shape, tinker_rates(settings, shape.model))
+
+
+# The run id of a run file built only to be priced (never written, never started).
+PREVIEW_RUN_ID = "cost-preview"
+
+
+def preview(settings: Settings, session: Any, spec: Any) -> tuple[RunConfig | None, Estimate | None, str | None]:
+    """The run file the current config would start, and its estimate; or why there is none."""
+    # config imports the environment layer; only a preview needs it
+    from mcp_rl.config import build_run_config
+
+    try:
+        config = build_run_config(settings, session, spec, PREVIEW_RUN_ID)
+    except UserError as exc:
+        return None, None, f"no estimate until the config can start: {exc}"
+    return config, estimate_training(settings, config), None
+
+
+def cost_preview(settings: Settings, environments: Any) -> dict[str, Any]:
+    """rl_get_current_config's estimated_cost: the estimate of the selected config, or why none."""
+    session, spec = environments.selected()
+    _, estimate, problem = preview(settings, session, spec)
+    if estimate is None:
+        return {"label": "estimated", "summary": f"Estimated cost: unknown ({problem})."}
+    data = estimate.as_dict()
+    cap = session.run_options.get("max_cost_usd") if isinstance(session.run_options, dict) else None
+    data["max_cost_usd"] = cap
+    return data

@@ -15,6 +15,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from mcp_rl.config import CurrentConfig, EditResult, Session
+from mcp_rl.costs.training import cost_preview
 from mcp_rl.environments.discovery import DuplicateName, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.service import EnvironmentService, SelectResult
@@ -106,6 +107,12 @@ class SelectAnswer(SelectResult):
 
 class CurrentConfigAnswer(CurrentConfig):
     revision: str = Field(description=REVISION_DOC)
+    estimated_cost: dict[str, object] | None = Field(
+        None,
+        description="What a run of this config is estimated to cost (tokens and USD per step and for the run, low / "
+        "expected / high, with its drivers); $0 on the local backend; 'unknown' with the reason when it cannot be "
+        "priced. A paid run above the confirmation threshold needs max_cost_usd set (rl_edit_config).",
+    )
 
 
 class EditAnswer(EditResult):
@@ -309,7 +316,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         await selected_spec_ready(jobs, service, budget, Progress(ctx, budget), "rl_get_current_config")
         current = await anyio.to_thread.run_sync(service.current)
         session = await anyio.to_thread.run_sync(service.store.read)
-        return CurrentConfigAnswer(**current.model_dump(), revision=config_revision(session))
+        cost = await anyio.to_thread.run_sync(lambda: cost_preview(state.settings, service))
+        return CurrentConfigAnswer(**current.model_dump(), revision=config_revision(session), estimated_cost=cost)
 
     @mcp.tool(title="Change a config field or run option", annotations=IDEMPOTENT_EDIT)
     @tool_errors

@@ -20,9 +20,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from mcp_rl.costs.training import estimate_training
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.server.budget import CallBudget, Progress, wait_job
+from mcp_rl.server.cost_consent import confirm_training_start
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
@@ -75,6 +77,11 @@ class StartAnswer(RunStarted):
     idempotency_key: str | None = None
     reused: bool = Field(
         False, description="True: this key already started this run (within a day); nothing new started."
+    )
+    estimated_cost: dict[str, Any] | None = Field(
+        None,
+        description="Estimated tokens and USD per step and for the run (low / expected / high), with what drives "
+        "them; $0 on the local backend. The run's metrics then report what each step cost (estimated).",
     )
 
 
@@ -294,6 +301,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         environments_service = environments()
         budget = CallBudget(budget_s)
         await selected_spec_ready(jobs, environments_service, budget, Progress(ctx, budget), "rl_start_training")
+        # Paid work above the threshold without a cap needs a yes (asked, or refused with the call
+        # that accepts it); nothing is started or changed before it.
+        granted = await confirm_training_start(ctx, settings, environments_service, budget.remaining())
 
         def start() -> dict[str, Any]:
             session = environments_service.store.read()
@@ -305,7 +315,13 @@ def register(mcp: MCPServer, state: AppState) -> None:
                     f"rl_start_training(expected_revision={revision!r})."
                 )
             started = service.start_run(settings, environments_service)
-            return _start_answer(started, revision, idempotency_key).model_dump(mode="json")
+            answer = _start_answer(started, revision, idempotency_key)
+            estimate = estimate_training(settings, RunConfig.load(Path(started.config_path)))
+            answer.estimated_cost = estimate.as_dict()
+            answer.message += " " + estimate.summary()
+            if granted is not None:
+                answer.message += " The person said yes to starting it without a cost cap."
+            return answer.model_dump(mode="json")
 
         # On a worker thread that is never abandoned: if the host cancels this call, the run and
         # its idempotency record are still written, so the retry finds them.
