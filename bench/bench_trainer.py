@@ -83,7 +83,8 @@ def main() -> int:
         with LocalRun(config, settings.home) as run:
             run.start_all()
             code = run.wait_trainer_exit(60 * 60)
-            metrics = run.metrics()
+            # Training steps only (step 0 is the base model's held-out evaluation).
+            metrics = [m for m in run.metrics() if "reward/mean" in m]
             status = run.status()
     finally:
         if not args.keep:

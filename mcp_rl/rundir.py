@@ -33,6 +33,14 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 TRAINER_STATUS_FILE = "trainer_status.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
+# Held-out evaluations (mcp_rl.evaluation): per-item outcomes of the evaluation taken at step S
+# in eval/step_{S:06d}.jsonl (format: mcp_rl.evaluation.outcomes).
+EVAL_DIR = "eval"
+
+
+def eval_outcomes_file(run_dir: Path, step: int) -> Path:
+    return run_dir / EVAL_DIR / f"step_{step:06d}.jsonl"
+
 
 # The run ids the supervisor hands out: also the folder names, so nothing that could walk out
 # of runs/ ("..", "/").
@@ -78,6 +86,17 @@ STEP_SECONDS_KEY = "time/step_seconds"
 # Logged by environments that grade answers (the trainer never writes these).
 PERCENT_CORRECT_KEY = "train/percent_correct"
 EVAL_PERCENT_CORRECT_KEY = "eval/percent_correct"
+# The trainer's held-out evaluation (mcp_rl.evaluation), at the step it was taken (0: the base):
+# the mean score, items, seconds taken, and against the run's first evaluation (the base) the
+# paired difference with its 95 % interval and p.
+EVAL_SCORE_KEY = "eval/score"
+EVAL_N_KEY = "eval/n"
+EVAL_SECONDS_KEY = "eval/seconds"
+EVAL_BASE_SCORE_KEY = "eval/base_score"
+EVAL_DIFFERENCE_KEY = "eval/difference"
+EVAL_CI_LOW_KEY = "eval/ci_low"
+EVAL_CI_HIGH_KEY = "eval/ci_high"
+EVAL_P_VALUE_KEY = "eval/p_value"
 # What a step cost (mcp_rl.costs): tokens sent to / returned by a paid backend in the step, and
 # the estimated USD of the step and of the run so far (null: rates unknown; 0 on a free backend).
 COST_PREFILL_TOKENS_KEY = "cost/prefill_tokens"

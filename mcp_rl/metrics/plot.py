@@ -7,17 +7,19 @@ start-up nor a headless machine pays for it until a plot is asked for.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Sequence
 
 from mcp_rl.metrics.store import StepTable
-from mcp_rl.rundir import EVAL_PERCENT_CORRECT_KEY, LOSS_KEY, PERCENT_CORRECT_KEY, REWARD_KEY
+from mcp_rl.rundir import EVAL_PERCENT_CORRECT_KEY, EVAL_SCORE_KEY, LOSS_KEY, PERCENT_CORRECT_KEY, REWARD_KEY
 
 WIDTH_PX = 800
 HEIGHT_PX = 500
 DPI = 100
 # Enough points for a faithful line at 800 px; longer runs are thinned evenly.
 MAX_PLOT_POINTS = 4000
-_ACCURACY_KEYS = (PERCENT_CORRECT_KEY, EVAL_PERCENT_CORRECT_KEY)
+# eval/score: the trainer's held-out evaluations (step 0 = the base model), drawn with markers.
+_ACCURACY_KEYS = (PERCENT_CORRECT_KEY, EVAL_PERCENT_CORRECT_KEY, EVAL_SCORE_KEY)
 
 
 def _thin(points: Sequence[tuple[int, float]], limit: int = MAX_PLOT_POINTS) -> list[tuple[int, float]]:
@@ -28,8 +30,9 @@ def _thin(points: Sequence[tuple[int, float]], limit: int = MAX_PLOT_POINTS) -> 
     return [*picked, points[-1]]
 
 
-def render_png(table: StepTable, title: str) -> bytes:
-    """A WIDTH_PX x HEIGHT_PX PNG: reward (and accuracy, if logged) on top, loss below.
+def render_png(table: StepTable, title: str, caption: str | None = None) -> bytes:
+    """A WIDTH_PX x HEIGHT_PX PNG: reward (and accuracy, if logged) on top, loss below;
+    `caption` (the held-out comparison's sentence) under the title.
 
     With no steps logged yet the image says so instead of failing, so a client can show it
     from the first moment of a run.
@@ -53,9 +56,10 @@ def render_png(table: StepTable, title: str) -> bytes:
         top, bottom = fig.subplots(2, 1, sharex=True)
         if reward:
             top.plot(*zip(*reward, strict=True), color="tab:blue", linewidth=1.2, label=REWARD_KEY)
-        for (key, points), color in zip(accuracy.items(), ("tab:green", "tab:purple"), strict=True):
+        for (key, points), color in zip(accuracy.items(), ("tab:green", "tab:purple", "tab:orange"), strict=True):
             if points:
-                top.plot(*zip(*points, strict=True), color=color, linewidth=1.0, label=key)
+                marker = "o" if key == EVAL_SCORE_KEY else None
+                top.plot(*zip(*points, strict=True), color=color, linewidth=1.0, label=key, marker=marker)
         top.set_ylabel("reward / accuracy")
         top.grid(True, alpha=0.3)
         top.legend(loc="best", fontsize=8)
@@ -65,7 +69,7 @@ def render_png(table: StepTable, title: str) -> bytes:
         bottom.set_ylabel("loss")
         bottom.set_xlabel("step")
         bottom.grid(True, alpha=0.3)
-        fig.suptitle(title)
+        fig.suptitle(title if caption is None else f"{title}\n{textwrap.fill(caption, 120)}", fontsize=9)
     fig.tight_layout()
     buffer = io.BytesIO()
     # No bbox_inches="tight": that would change the pixel size from one run to the next.

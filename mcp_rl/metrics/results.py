@@ -15,6 +15,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import NotFound, clip, clip_message
+from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
@@ -55,6 +56,12 @@ class RunResults(BaseModel):
         default_factory=dict,
         description="Per metric (reward/mean, train/loss, train/percent_correct, eval/percent_correct, ...): "
         "final and best value with their steps.",
+    )
+    held_out: HeldOutSummary | None = Field(
+        None,
+        description="Did it learn? The base (the run's first held-out evaluation, step 0) against the latest on the "
+        "same items: both scores, the difference with its 95 % interval, p of the paired test (McNemar exact for "
+        "right/wrong), items flipped each way, and one sentence. None: no held-out evaluation yet.",
     )
     history: list[HistoryPoint] = Field(
         default_factory=list, description=f"At most {store.MAX_HISTORY_POINTS} steps incl. first and last."
@@ -157,6 +164,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         steps_completed=table.trainer_last_step or 0,
         num_steps=(config.trainer.num_steps if config is not None else None) or (status.num_steps if status else None),
         metrics=metrics,
+        held_out=held_out_summary(run_dir),
         history=store.history(table),
         history_steps_total=len(table.rows),
         weights=weights,

@@ -32,6 +32,7 @@ from mcp.types import (
 from pydantic import Field
 
 from mcp_rl.errors import NotFound, clip
+from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
@@ -82,7 +83,10 @@ class PlotCache:
             if hit is not None and hit[0] == version:
                 self._items.move_to_end(run_id)
                 return hit[1]
-        data = render_png(store.read_step_table(run_dir), f"run {run_id}")
+        held_out = held_out_summary(run_dir)
+        data = render_png(
+            store.read_step_table(run_dir), f"run {run_id}", held_out.sentence if held_out is not None else None
+        )
         with self._lock:
             self._items[run_id] = (version, data)
             while len(self._items) > self._size:

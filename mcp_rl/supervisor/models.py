@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mcp_rl.evaluation.summary import HeldOutSummary
 from mcp_rl.rundir import TrainerPhase
 from mcp_rl.supervisor.states import ProcState, RunState
 
@@ -67,6 +68,11 @@ class RunStatus(BaseModel):
         default=None, description="What the trainer was last doing (trainer_status.json)."
     )
     metrics: RunMetrics | None = None
+    held_out: HeldOutSummary | None = Field(
+        default=None,
+        description="Did it learn? The base (first evaluation) against the latest evaluation on the same held-out "
+        "items: scores, difference with its 95 % interval, p of the paired test, and one sentence.",
+    )
     wandb_project: str | None = None
     wandb_run_name: str | None = None
     wandb_url: str | None = None

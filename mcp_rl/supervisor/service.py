@@ -23,6 +23,7 @@ from mcp_rl import processes
 from mcp_rl.config import build_run_config
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
+from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.ports import port_is_free
 from mcp_rl.runconfig import RunConfig
@@ -268,6 +269,7 @@ def short_status(full: RunStatus, wait: float, why: str) -> RunStatus:
         cause=full.cause,
         error=full.error,
         metrics=metrics,
+        held_out=full.held_out,
         rate_limited=True,
         next_check_in_seconds=round(wait, 1),
         wandb_project=full.wandb_project,
@@ -297,6 +299,9 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         if metrics.reward_mean is not None:
             message += f", reward mean {metrics.reward_mean:.4g}"
         message += "."
+    held_out = held_out_summary(run_dir)
+    if held_out is not None:
+        message += f" {held_out.sentence}."
     notes = registry.notes + store.damage_report(run_dir)
     if notes:
         message += " Problems: " + " ".join(notes)
@@ -307,6 +312,7 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
         trainer_phase=status.get("phase"),
         metrics=metrics,
+        held_out=held_out,
         wandb_project=run.wandb_project,
         wandb_run_name=run.wandb_run_name,
         wandb_url=status.get("wandb_url") or run.wandb_url,

@@ -24,6 +24,7 @@ import psutil
 
 from mcp_rl import processes
 from mcp_rl.costs.tracker import CostTracker, tracker_for
+from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, start_line
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase, TrainerStartup
 from mcp_rl.settings import Settings
@@ -121,6 +122,8 @@ class Trainer:
         self._recorded_sampler: tuple[int, str] | None = None
         # Per-step tokens and estimated cost, and the cost cap (mcp_rl.costs): set once loaded.
         self.costs: CostTracker | None = None
+        # Held-out evaluation before the first step, every eval_every steps and after the last.
+        self.evaluator = HeldOutEvaluator(config)
         self._notices = Notices()
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -160,6 +163,7 @@ class Trainer:
             self._record_startup(began, loaded)
             client = self._client()
             await self._register(client, start_step)
+            await self._evaluate_start(start_step)
             self._init_wandb()
             finished = await self._train(client, start_step)
             await self._finish(finished)
@@ -318,6 +322,8 @@ class Trainer:
             if self.batcher is not None:
                 metrics.update(self.batcher.step_metrics())
             metrics[STEP_SECONDS_KEY] = time.monotonic() - began
+            if self.evaluator.due(step):
+                metrics.update(await asyncio.to_thread(self.evaluator.evaluate, self._eval_sampler(), step))
             if self.costs is not None:
                 metrics.update(self.costs.step())
             line = self.recorder.metrics(step, metrics)
@@ -337,6 +343,17 @@ class Trainer:
                 self.recorder.update(phase=TrainerPhase.SAVING)
                 await asyncio.to_thread(self._save, step, False)
         return True
+
+    def _eval_sampler(self) -> Any:
+        """The backend itself: a local model samples the held-out prompts in large batches of its
+        own (its sampling lock keeps the environment's rollouts out meanwhile)."""
+        return self.backend
+
+    async def _evaluate_start(self, step: int) -> None:
+        """The base's (or the resumed checkpoint's) held-out figures, before any training."""
+        metrics = await asyncio.to_thread(self.evaluator.evaluate, self._eval_sampler(), step)
+        if metrics:
+            self.recorder.metrics(step, start_line(self.config.paths.metrics, step, metrics))
 
     def _check_cost_cap(self, step: int) -> None:
         """When the next step would pass max_cost_usd, end after this one: the stop saves a

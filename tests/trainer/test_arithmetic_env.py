@@ -23,7 +23,13 @@ def test_problems_are_seeded_and_the_eval_split_is_held_out() -> None:
     assert (train, evals) == (again_train, again_evals)
     key = lambda p: (p["a"], p["op"], p["b"])  # noqa: E731
     assert not {key(p) for p in train} & {key(p) for p in evals}
-    assert len(train) + len(evals) == 81 and len(evals) == round(81 * config.eval_fraction)
+    assert len(train) + len(evals) == 400
+    # At least 200 held-out problems by default; none is the twin of a training problem up to
+    # commutation, and none is a question the few-shot prompt answers.
+    assert len(evals) >= 200
+    twin = lambda p: (p["op"], min(p["a"], p["b"]), max(p["a"], p["b"]))  # noqa: E731
+    assert not {twin(p) for p in train} & {twin(p) for p in evals}
+    assert not {twin(p) for p in evals} & {("+", 3, 4), ("+", 5, 12)}
     assert all(p["answer"] == p["a"] + p["b"] for p in train)
     other_train, _ = arith.make_problems(arith.ArithmeticEnvConfig(problem_seed=4))
     assert other_train != train

@@ -42,7 +42,17 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
         metrics = run.metrics()
         status = run.status()
         checkpoints = run.checkpoints()
-    assert [m["step"] for m in metrics] == [1, 2, 3]
+    # Step 0: the base model's held-out evaluation (its own line); the last step's line holds
+    # the trained model's, compared with the base on the same items.
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    base, metrics = metrics[0], metrics[1:]
+    assert base["eval/n"] >= 200 and 0.0 <= base["eval/score"] <= 1.0 and "reward/mean" not in base
+    assert metrics[-1]["eval/n"] == base["eval/n"] and metrics[-1]["eval/base_score"] == base["eval/score"]
+    assert metrics[-1]["eval/ci_low"] <= metrics[-1]["eval/difference"] <= metrics[-1]["eval/ci_high"]
+    assert sorted(p.name for p in (config.paths.run_dir / "eval").iterdir()) == [
+        "step_000000.jsonl",
+        "step_000003.jsonl",
+    ]
     for line in metrics:
         missing = [k for k in REQUIRED_METRICS if k not in line]
         assert not missing, f"metrics line lacks {missing}"
@@ -70,7 +80,10 @@ def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
         wait_until(
-            lambda: len(run.metrics()) >= 1, 300, "the first training step", [run.procs["trainer"], run.procs["api"]]
+            lambda: any("reward/mean" in m for m in run.metrics()),
+            300,
+            "the first training step",
+            [run.procs["trainer"], run.procs["api"]],
         )
         # The heartbeat keeps coming between steps too (the supervisor detects hangs from it).
         seen = run.status()["heartbeat"]
@@ -91,7 +104,10 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
         wait_until(
-            lambda: len(run.metrics()) >= 1, 300, "the first training step", [run.procs["trainer"], run.procs["api"]]
+            lambda: any("reward/mean" in m for m in run.metrics()),
+            300,
+            "the first training step",
+            [run.procs["trainer"], run.procs["api"]],
         )
         run.procs["trainer"].signal_group(signal.SIGTERM)
         assert run.wait_trainer_exit(120) == 0, run.procs["trainer"].tail()
@@ -112,7 +128,9 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
         status = run.status()
         steps = [m["step"] for m in run.metrics()]
         log = run.log("trainer").read_text()
-    assert steps == steps_before + list(range(last + 1, 5))
+    # The resumed checkpoint is evaluated before training goes on: its step's line again, with
+    # the evaluation added (the later line wins).
+    assert steps == steps_before + [last] + list(range(last + 1, 5))
     assert status["phase"] == "done" and status["step"] == 4
     assert status["resume_state"] == [c for c in run.checkpoints() if c["kind"] == "state"][-1]["path"]
     assert f"resuming from {state['path']} (step {last})" in log

@@ -1,0 +1,113 @@
+"""The held-out items of the bundled single-turn environments, as the trainer (and the checkpoint
+evaluation tool) sample and grade them: the same items every evaluation, never trained on.
+
+    arithmetic  the environment's eval split: >= 200 problems at the defaults, disjoint from the
+                training problems up to commutation, none of them a few-shot example
+    gsm8k       the first `eval_size` problems of the dataset's test split
+    GEM         multi-turn games: its fixed eval seeds are played by the environment itself
+                (gem_env.EVAL_SEEDS), not here
+    any other   its own evaluate() inside Atropos; no items here (NoHeldOutItems says so)
+
+Each set carries the environment's evaluation sampling (greedy, its answer length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from mcp_rl.errors import UserError
+
+
+class NoHeldOutItems(UserError):
+    """The environment has no held-out items mcp-rl can evaluate on its own."""
+
+
+class HeldOutItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str  # stable across evaluations and runs with the same environment config
+    messages: list[dict[str, str]]
+    answer: str
+
+
+class HeldOutSet(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    environment: str
+    description: str
+    items: list[HeldOutItem]
+    max_tokens: int
+    temperature: float = 0.0  # greedy unless the environment says otherwise
+    grader: Callable[[str, str], float]  # (completion text, answer) -> score
+
+    def grade(self, item: HeldOutItem, completion: str) -> float:
+        return float(self.grader(completion, item.answer))
+
+
+def held_out_set(environment: str, env_config: dict[str, Any]) -> HeldOutSet:
+    """The held-out items of `environment` with the run's environment config (run.yaml `env`)."""
+    if environment == "arithmetic":
+        return _arithmetic(env_config)
+    if environment == "gsm8k":
+        return _gsm8k(env_config)
+    if environment.startswith("gem") or environment.startswith("game:"):
+        raise NoHeldOutItems(
+            f"environment {environment!r} is multi-turn: its held-out evaluation plays fixed eval seeds inside the "
+            "environment (its evaluate()), not single prompts mcp-rl can grade on its own."
+        )
+    raise NoHeldOutItems(
+        f"environment {environment!r} has no held-out items mcp-rl knows: only its own evaluate() (run by Atropos "
+        "every steps_per_eval steps) can evaluate it. Give it an eval split and an evaluate() to see held-out figures."
+    )
+
+
+def _fields(cls: Any, env_config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in env_config.items() if k in cls.model_fields}
+
+
+def _arithmetic(env_config: dict[str, Any]) -> HeldOutSet:
+    # atroposlib comes with the environment module: imported only when a run evaluates
+    from mcp_rl.environments.bundled import arithmetic as arith
+
+    config = arith.ArithmeticEnvConfig(**_fields(arith.ArithmeticEnvConfig, env_config))
+    _, problems = arith.make_problems(config)
+    items = [
+        HeldOutItem(
+            id=arith.question(p),
+            messages=arith.build_messages(p, config.few_shot),
+            answer=str(p["answer"]),
+        )
+        for p in problems
+    ]
+    return HeldOutSet(
+        environment="arithmetic",
+        description=f"{len(items)} held-out arithmetic problems (none trained on, up to commutation)",
+        items=items,
+        max_tokens=config.max_new_tokens,
+        grader=lambda text, answer: arith.score_answer(text, int(answer)),
+    )
+
+
+def _gsm8k(env_config: dict[str, Any]) -> HeldOutSet:
+    # atroposlib (and datasets, for the hub) come with the environment module
+    from mcp_rl.environments.bundled import gsm8k
+
+    config = gsm8k.GSM8KEnvConfig(**_fields(gsm8k.GSM8KEnvConfig, env_config))
+    try:
+        _, problems = gsm8k.load_problems(config)
+    except RuntimeError as exc:
+        raise NoHeldOutItems(f"gsm8k's test split is not available: {exc}") from exc
+    items = [
+        HeldOutItem(id=f"test-{i}", messages=gsm8k.build_messages(p["question"]), answer=p["answer"])
+        for i, p in enumerate(problems)
+    ]
+    return HeldOutSet(
+        environment="gsm8k",
+        description=f"the first {len(items)} problems of gsm8k's test split",
+        items=items,
+        max_tokens=config.max_new_tokens,
+        grader=gsm8k.score,
+    )

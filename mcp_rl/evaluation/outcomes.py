@@ -1,0 +1,63 @@
+"""`eval/step_{S:06d}.jsonl` of a run folder: one line per held-out item of the evaluation taken
+at step S (the item's id, its score, the model's completion), written atomically once the whole
+evaluation is done. Stdlib and pydantic only (the trainer writes it, the server reads it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mcp_rl.rundir import EVAL_DIR, read_jsonl
+
+# A completion longer than this is cut in the file (the score was taken on the whole text).
+COMPLETION_CHARS = 2000
+
+
+class ItemOutcome(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    item: str
+    score: float
+    completion: str = ""
+
+
+def write_outcomes(path: Path, outcomes: list[ItemOutcome]) -> None:
+    """All lines or none: a temporary file renamed over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for outcome in outcomes:
+                row = outcome.model_dump()
+                row["completion"] = row["completion"][:COMPLETION_CHARS]
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_outcomes(path: Path) -> list[ItemOutcome]:
+    """The outcomes in `path` (missing file: none); malformed lines are skipped."""
+    out = []
+    for row in read_jsonl(path).rows:
+        try:
+            out.append(ItemOutcome.model_validate(row))
+        except ValidationError:
+            continue
+    return out
+
+
+def evaluated_steps(run_dir: Path) -> list[int]:
+    """Steps with an outcomes file, ascending."""
+    found = []
+    for path in (run_dir / EVAL_DIR).glob("step_*.jsonl"):
+        try:
+            found.append(int(path.stem.removeprefix("step_")))
+        except ValueError:
+            continue
+    return sorted(found)

@@ -1,0 +1,266 @@
+"""Paired comparison of a base model and a trained one on the same held-out items.
+
+Each item has one outcome per model (1/0 for right/wrong, or a graded score); the two lists are
+paired by position. 0/1 outcomes get McNemar's exact test (a two-sided binomial test on the
+items that flipped) and Newcombe's interval for a difference of paired proportions (his method
+10: Wilson score intervals of both scores joined through the phi correlation). Graded outcomes
+get the Wilcoxon signed-rank test and a paired bootstrap percentile interval of the mean
+difference with a fixed seed, so the same outcomes always give the same figures.
+
+Pure Python (no scipy in the dependencies), stdlib and pydantic only: the trainer, the server and
+the benches all import it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict
+
+from mcp_rl.errors import UserError
+
+MCNEMAR_TEST = "McNemar exact (two-sided)"
+WILCOXON_TEST = "Wilcoxon signed-rank (two-sided)"
+NEWCOMBE_CI = "Newcombe paired Wilson score (method 10)"
+BOOTSTRAP_CI = "paired bootstrap percentile"
+
+CONFIDENCE = 0.95
+Z_95 = 1.959963984540054  # the standard normal's 97.5th percentile
+BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_SEED = 0
+# Up to this many nonzero differences without ties, the signed-rank p is exact (as scipy does).
+WILCOXON_EXACT_MAX = 50
+
+
+class PairedComparison(BaseModel):
+    """Base vs trained on the same n items (every score is a mean over the items)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int
+    base_score: float
+    trained_score: float
+    difference: float  # trained - base
+    ci_low: float  # 95 % interval of the difference
+    ci_high: float
+    confidence: float = CONFIDENCE
+    p_value: float  # two-sided, null: neither model is better on these items
+    test: str  # MCNEMAR_TEST or WILCOXON_TEST
+    interval: str  # how the interval was made (NEWCOMBE_CI or BOOTSTRAP_CI ...)
+    binary: bool  # every outcome was 0 or 1
+    wins: int  # items where the trained model did better than the base
+    losses: int  # items where it did worse
+    ties: int  # items where both did the same
+    sentence: str
+
+
+def paired_comparison(
+    base: Sequence[float],
+    trained: Sequence[float],
+    *,
+    items: str = "held-out items",
+    base_name: str = "the base",
+    trained_name: str = "the trained model",
+) -> PairedComparison:
+    """Compare per-item outcomes `trained[i]` against `base[i]` (same item i).
+
+    Raises UserError for lists of different lengths, no items, or a non-finite outcome."""
+    b = _checked(base, "base")
+    t = _checked(trained, "trained")
+    if len(b) != len(t):
+        raise UserError(
+            f"a paired comparison needs one outcome per item from each model; got {len(b)} base and {len(t)} trained outcomes."
+        )
+    n = len(b)
+    if n == 0:
+        raise UserError("no items to compare: the evaluation produced no outcomes, so there is nothing to test.")
+    wins = sum(1 for x, y in zip(b, t, strict=True) if y > x)
+    losses = sum(1 for x, y in zip(b, t, strict=True) if y < x)
+    base_score = math.fsum(b) / n
+    trained_score = math.fsum(t) / n
+    binary = all(v in (0.0, 1.0) for v in (*b, *t))
+    if binary:
+        p_value = mcnemar_exact(wins, losses)
+        both = sum(1 for x, y in zip(b, t, strict=True) if x == 1.0 and y == 1.0)
+        ci_low, ci_high = newcombe_paired_interval(both, wins, losses, n - both - wins - losses)
+        test, interval = MCNEMAR_TEST, NEWCOMBE_CI
+    else:
+        diffs = [y - x for x, y in zip(b, t, strict=True)]
+        p_value = wilcoxon_signed_rank(diffs)
+        ci_low, ci_high = bootstrap_mean_interval(diffs)
+        test = WILCOXON_TEST
+        interval = f"{BOOTSTRAP_CI} ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED})"
+    difference = trained_score - base_score
+    short_test = "McNemar exact" if binary else "Wilcoxon signed-rank"
+    sentence = (
+        f"On {n} {items} {trained_name} scored {trained_score:.2f} against {base_name}'s {base_score:.2f} "
+        f"({difference:+.2f}, 95 % CI {ci_low:+.2f} to {ci_high:+.2f}; {short_test} {format_p(p_value)})"
+    )
+    return PairedComparison(
+        n=n,
+        base_score=base_score,
+        trained_score=trained_score,
+        difference=difference,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        p_value=p_value,
+        test=test,
+        interval=interval,
+        binary=binary,
+        wins=wins,
+        losses=losses,
+        ties=n - wins - losses,
+        sentence=sentence,
+    )
+
+
+def format_p(p: float) -> str:
+    """`p = 0.0123`, or `p < 0.0001` (four decimals say all a reader needs)."""
+    return "p < 0.0001" if p < 0.0001 else f"p = {p:.4f}"
+
+
+def _checked(values: Sequence[float], name: str) -> list[float]:
+    out: list[float] = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, int | float) or not math.isfinite(v):
+            raise UserError(f"{name} outcome {i} is {v!r}; every outcome must be a finite number (1/0 or a score).")
+        out.append(float(v))
+    return out
+
+
+# --- 0/1 outcomes ----------------------------------------------------------------------------
+def mcnemar_exact(wins: int, losses: int) -> float:
+    """Two-sided exact McNemar p: under the null each flipped item went either way with
+    probability 1/2, so p = 2 * P(Binomial(wins + losses, 1/2) <= min(wins, losses)), at most 1."""
+    flipped = wins + losses
+    if flipped == 0:
+        return 1.0
+    k = min(wins, losses)
+    # Sum in log space: 2^-flipped underflows past ~1074 flips.
+    logs = [_log_choose(flipped, i) - flipped * math.log(2.0) for i in range(k + 1)]
+    top = max(logs)
+    tail = math.exp(top) * math.fsum(math.exp(v - top) for v in logs)
+    return min(1.0, 2.0 * tail)
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a proportion (n > 0)."""
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_paired_interval(both: int, wins: int, losses: int, neither: int) -> tuple[float, float]:
+    """95 % interval of trained - base for paired 0/1 outcomes (Newcombe 1998, method 10).
+
+    both: right for both models; wins: right only for the trained one; losses: right only for
+    the base; neither: wrong for both."""
+    n = both + wins + losses + neither
+    trained_right = both + wins
+    base_right = both + losses
+    p1, p2 = trained_right / n, base_right / n
+    l1, u1 = wilson_interval(trained_right, n)
+    l2, u2 = wilson_interval(base_right, n)
+    # phi: the correlation of the two outcomes over the 2x2 table, 0 when a margin is empty. A
+    # positive cross-product is shrunk by n/2 first (Newcombe's own correction for method 10,
+    # as Fagerland, Lydersen & Laake's contingencytables implements it).
+    margins = (both + wins) * (losses + neither) * (both + losses) * (wins + neither)
+    cross = both * neither - wins * losses
+    if margins == 0:
+        phi = 0.0
+    elif cross > n / 2:
+        phi = (cross - n / 2) / math.sqrt(margins)
+    elif cross >= 0:
+        phi = 0.0
+    else:
+        phi = cross / math.sqrt(margins)
+    delta = p1 - p2
+    low = delta - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    high = delta + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, low), min(1.0, high)
+
+
+# --- graded outcomes -------------------------------------------------------------------------
+def wilcoxon_signed_rank(diffs: Sequence[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p of paired differences. Zero differences are dropped
+    (Wilcoxon's convention); exact null distribution up to WILCOXON_EXACT_MAX nonzero
+    differences without ties, else the normal approximation with the tie correction."""
+    nonzero = [d for d in diffs if d != 0.0]
+    m = len(nonzero)
+    if m == 0:
+        return 1.0
+    ranks = _average_ranks([abs(d) for d in nonzero])
+    w_plus = math.fsum(r for r, d in zip(ranks, nonzero, strict=True) if d > 0)
+    total = m * (m + 1) / 2
+    w = min(w_plus, total - w_plus)
+    has_ties = len(set(abs(d) for d in nonzero)) < m
+    if m <= WILCOXON_EXACT_MAX and not has_ties:
+        counts = _signed_rank_counts(m)
+        below = sum(counts[: int(math.floor(w + 1e-9)) + 1])
+        return min(1.0, 2.0 * below / 2**m)
+    mean = total / 2
+    tie_sizes: dict[float, int] = {}
+    for r in ranks:
+        tie_sizes[r] = tie_sizes.get(r, 0) + 1
+    var = m * (m + 1) * (2 * m + 1) / 24 - sum(t**3 - t for t in tie_sizes.values()) / 48
+    if var <= 0:
+        return 1.0
+    z = (w - mean) / math.sqrt(var)
+    return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+
+
+def _average_ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+@lru_cache(maxsize=64)
+def _signed_rank_counts(m: int) -> tuple[int, ...]:
+    """counts[s] = how many of the 2^m sign assignments of ranks 1..m give W+ = s."""
+    counts = [1] + [0] * (m * (m + 1) // 2)
+    top = 0
+    for r in range(1, m + 1):
+        top += r
+        for s in range(top, r - 1, -1):
+            counts[s] += counts[s - r]
+    return tuple(counts)
+
+
+def bootstrap_mean_interval(
+    diffs: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """95 % percentile interval of the mean paired difference, resampling items with a fixed
+    seed (the same outcomes always give the same interval)."""
+    n = len(diffs)
+    rng = random.Random(seed)
+    values = list(diffs)
+    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    alpha = (1 - CONFIDENCE) / 2
+    return _quantile(means, alpha), _quantile(means, 1 - alpha)
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)

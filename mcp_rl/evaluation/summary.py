@@ -1,0 +1,103 @@
+"""Did it learn? The held-out figures of a run, from its per-item outcome files: the base (the
+run's first evaluation) against the latest evaluation on the same items, with the paired test.
+What rl_check_status and rl_get_results show (stdlib and pydantic only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from mcp_rl.errors import UserError
+from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
+from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.rundir import eval_outcomes_file
+
+# Evaluations listed (first, last and evenly spaced between): a status call reads each one's file.
+MAX_POINTS = 20
+
+
+def _thin(steps: list[int]) -> list[int]:
+    if len(steps) <= MAX_POINTS:
+        return steps
+    stride = (len(steps) - 1) / (MAX_POINTS - 1)
+    return sorted({steps[round(i * stride)] for i in range(MAX_POINTS)})
+
+
+class EvalPoint(BaseModel):
+    step: int
+    score: float
+    n: int
+
+
+class HeldOutSummary(BaseModel):
+    """Base -> trained on the same held-out items (every score a mean over the items)."""
+
+    n: int = Field(description="Held-out items in both evaluations.")
+    base_step: int = Field(description="Step of the run's first evaluation (0: the base model).")
+    step: int | None = Field(None, description="Step of the latest evaluation (None: only the base so far).")
+    base_score: float
+    trained_score: float | None = None
+    difference: float | None = Field(None, description="trained_score - base_score.")
+    ci_low: float | None = Field(None, description="95 % interval of the difference, low end.")
+    ci_high: float | None = None
+    p_value: float | None = Field(None, description="Two-sided p of the paired test (no difference on these items).")
+    test: str | None = None
+    wins: int | None = Field(None, description="Items the trained model got right (or better) and the base did not.")
+    losses: int | None = Field(None, description="Items the base got right (or better) and the trained model did not.")
+    sentence: str
+    evaluations: list[EvalPoint] = Field(
+        default_factory=list,
+        description=f"The run's evaluations by step (at most {MAX_POINTS}: first, last, evenly between).",
+    )
+
+
+def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
+    """None when the run has no held-out evaluation yet."""
+    steps = _thin(evaluated_steps(run_dir))
+    scores = {}
+    for step in steps:
+        outcomes = read_outcomes(eval_outcomes_file(run_dir, step))
+        if outcomes:
+            scores[step] = {o.item: o.score for o in outcomes}
+    if not scores:
+        return None
+    ordered = sorted(scores)
+    points = [EvalPoint(step=s, score=sum(v.values()) / len(v), n=len(v)) for s, v in sorted(scores.items())]
+    first = ordered[0]
+    base = scores[first]
+    if len(ordered) == 1:
+        mean = sum(base.values()) / len(base)
+        return HeldOutSummary(
+            n=len(base),
+            base_step=first,
+            base_score=mean,
+            sentence=f"On {len(base)} held-out items the model scored {mean:.2f} at step {first} (the base); "
+            "no later evaluation yet.",
+            evaluations=points,
+        )
+    last = ordered[-1]
+    now = scores[last]
+    common = [item for item in now if item in base]
+    try:
+        result = paired_comparison(
+            [base[i] for i in common], [now[i] for i in common], trained_name=f"the model at step {last}"
+        )
+    except UserError:
+        return None
+    return HeldOutSummary(
+        n=result.n,
+        base_step=first,
+        step=last,
+        base_score=result.base_score,
+        trained_score=result.trained_score,
+        difference=result.difference,
+        ci_low=result.ci_low,
+        ci_high=result.ci_high,
+        p_value=result.p_value,
+        test=result.test,
+        wins=result.wins,
+        losses=result.losses,
+        sentence=result.sentence,
+        evaluations=points,
+    )
