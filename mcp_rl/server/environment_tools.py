@@ -19,6 +19,7 @@ from mcp_rl.costs.training import cost_preview
 from mcp_rl.environments.discovery import DuplicateName, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.service import EnvironmentService, SelectResult
+from mcp_rl.errors import DamagedState, UserError, clip_message
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
@@ -117,6 +118,9 @@ class CurrentConfigAnswer(CurrentConfig):
 
 class EditAnswer(EditResult):
     revision: str = Field(description=REVISION_DOC)
+    applied: bool = Field(True, description="False: the edit was refused (see `refused`); nothing changed.")
+    refused: str | None = Field(None, description="Why the edit was refused, with the valid names or range.")
+    kind: Literal["environment", "run_option"] | None = None
 
 
 def config_revision(session: Session) -> str:
@@ -335,13 +339,31 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """Change one field of the selected environment's config, or one run option.
 
         The value is checked against the environment's own config class (type and range); locked
-        fields, unknown fields and invalid values are refused with the reason, and nothing changes.
+        fields, unknown fields and invalid values are refused with the reason (applied=false,
+        `refused` says why and what is valid), and nothing changes.
         The answer carries the config's new `revision`: pass it to
         rl_start_training(expected_revision=...) to train exactly this config.
         """
         budget = CallBudget(budget_s)
         await selected_spec_ready(jobs, service, budget, Progress(ctx, budget), "rl_edit_config")
-        result = await anyio.to_thread.run_sync(service.edit, field, value)
+        try:
+            result = await anyio.to_thread.run_sync(service.edit, field, value)
+        except DamagedState:
+            raise  # a real failure of the server's state, not a refused edit
+        except UserError as exc:
+            # An unknown field, a locked one or a value out of range: an answer the agent acts on,
+            # not an error (hosts such as Hermes switch a server off after 3 errors in a row;
+            # docs/design-notes.md, "Refusals are answers").
+            reason = clip_message(str(exc))
+            session = await anyio.to_thread.run_sync(service.store.read)
+            return EditAnswer(
+                message=f"Refused: {reason}",
+                field=field,
+                value=None,
+                applied=False,
+                refused=reason,
+                revision=config_revision(session),
+            )
         session = await anyio.to_thread.run_sync(service.store.read)
         return EditAnswer(**result.model_dump(), revision=config_revision(session))
 

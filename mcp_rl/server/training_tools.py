@@ -16,7 +16,6 @@ from typing import Annotated, Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -66,7 +65,23 @@ LATEST_MAX_BYTES = 4_000
 
 
 class StartAnswer(RunStarted):
-    """rl_start_training's answer: the run, and exactly what it trains."""
+    """rl_start_training's answer: the run, and exactly what it trains; or, with started=false,
+    why nothing was started (a stale expected_revision: an answer, not an error; see
+    docs/design-notes.md, "Refusals are answers")."""
+
+    started: bool = Field(True, description="False: refused (see `refused`); nothing was started.")
+    refused: str | None = Field(None, description="Why nothing was started, and what to call instead.")
+    # Empty when nothing was started.
+    run_id: str = ""
+    status: RunState | None = None  # type: ignore[assignment]
+    environment: str = ""
+    backend: str = ""
+    base_model: str = ""
+    num_steps: int = 0
+    config_path: str = ""
+    config: dict[str, Any] = Field(default_factory=dict, description="The environment section of run.yaml.")
+    logs: dict[str, str] = Field(default_factory=dict, description="Log resources by process.")
+    status_resource: str = ""
 
     trainer: dict[str, Any] = Field(
         default_factory=dict,
@@ -100,6 +115,14 @@ class RunPage(RunList):
 
 
 RunId = Annotated[str, Field(description="The run_id returned by rl_start_training (see rl_list_runs).")]
+
+
+class StaleRevision(Exception):
+    """The config changed since the revision the agent reviewed; nothing was started."""
+
+    def __init__(self, message: str, revision: str) -> None:
+        super().__init__(message)
+        self.revision = revision
 
 
 def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallToolResult:
@@ -309,10 +332,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
             session = environments_service.store.read()
             revision = config_revision(session)
             if expected_revision is not None and expected_revision != revision:
-                raise ToolError(
+                raise StaleRevision(
                     f"The config changed since revision {expected_revision!r} (it is now {revision!r}): another client "
                     "or call edited or re-selected it. Nothing was started. Review rl_get_current_config, then call "
-                    f"rl_start_training(expected_revision={revision!r})."
+                    f"rl_start_training(expected_revision={revision!r}).",
+                    revision,
                 )
             started = service.start_run(settings, environments_service)
             answer = _start_answer(started, revision, idempotency_key)
@@ -325,10 +349,20 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         # On a worker thread that is never abandoned: if the host cancels this call, the run and
         # its idempotency record are still written, so the retry finds them.
-        if idempotency_key is None:
-            data, reused = await anyio.to_thread.run_sync(start), False
-        else:
-            data, reused = await anyio.to_thread.run_sync(lambda: idempotency.once("start", idempotency_key, start))
+        try:
+            if idempotency_key is None:
+                data, reused = await anyio.to_thread.run_sync(start), False
+            else:
+                data, reused = await anyio.to_thread.run_sync(lambda: idempotency.once("start", idempotency_key, start))
+        except StaleRevision as stale:
+            # An answer, not an error: hosts such as Hermes count every error toward a breaker.
+            refusal = StartAnswer(
+                started=False, refused=str(stale), message=str(stale), revision=stale.revision, idempotency_key=None
+            )
+            return CallToolResult(
+                content=[TextContent(type="text", text=refusal.model_dump_json(exclude_defaults=True))],
+                structured_content=refusal.model_dump(mode="json"),
+            )
         answer = StartAnswer.model_validate(data)
         if reused:
             current = await anyio.to_thread.run_sync(lambda: service.run_status(settings, answer.run_id))

@@ -75,7 +75,8 @@ async def test_a_person_asked_through_elicitation_can_decline_or_accept(home: Pa
         # A stale expected_revision stops the start right after the gate: the refusal is the
         # revision's, so the yes let it through, and still nothing is started.
         result = await client.call_tool("rl_start_training", {"expected_revision": "stale"})
-        assert result.is_error and "config changed since revision 'stale'" in result.content[0].text
+        assert result.structured_content["started"] is False
+        assert "config changed since revision 'stale'" in result.content[0].text
         assert len(asked) == 2
         assert runs(home) == []
 
@@ -86,13 +87,14 @@ async def test_a_cap_is_what_accepts_the_estimate_and_bad_caps_are_refused(home:
         await select(client)
         for bad in ("nan", "inf", "-inf", -1, 0, 1e7, "lots"):
             edit = await client.call_tool("rl_edit_config", {"field": "max_cost_usd", "value": bad})
-            assert edit.is_error, bad
+            assert edit.structured_content["applied"] is False, bad  # refused: an answer, not an error
         edit = await client.call_tool("rl_edit_config", {"field": "max_cost_usd", "value": 2.5})
         assert not edit.is_error, edit.content
         current = (await client.call_tool("rl_get_current_config", {})).structured_content
         assert current["estimated_cost"]["max_cost_usd"] == 2.5
         result = await client.call_tool("rl_start_training", {"expected_revision": "stale"})
-        assert result.is_error and "config changed since revision 'stale'" in result.content[0].text
+        assert result.structured_content["started"] is False
+        assert "config changed since revision 'stale'" in result.content[0].text
         assert asked == []  # a capped start is never asked about
 
 

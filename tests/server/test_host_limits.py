@@ -152,8 +152,10 @@ async def test_a_stale_revision_is_refused_and_nothing_starts(home: Path, no_lau
         stale = await client.call_tool("rl_start_training", {"expected_revision": first["revision"]})
         current = (await client.call_tool("rl_get_current_config", {})).structured_content
         fresh = await client.call_tool("rl_start_training", {"expected_revision": second["revision"]})
-    assert stale.is_error and f"now {second['revision']!r}" in stale.content[0].text
-    assert "Nothing was started" in stale.content[0].text
+    # A refusal the agent acts on: an answer (started=false), not an error.
+    assert not stale.is_error and stale.structured_content["started"] is False
+    assert f"now {second['revision']!r}" in stale.structured_content["refused"]
+    assert "Nothing was started" in stale.content[0].text and stale.structured_content["revision"] == second["revision"]
     assert current["revision"] == second["revision"]
     assert not fresh.is_error and fresh.structured_content["num_steps"] == 7
     assert len(no_launch) == 1
