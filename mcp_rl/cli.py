@@ -5,6 +5,7 @@
     mcp-rl demo [--home DIR] [--steps N]
     mcp-rl doctor [--offline] [--json]
     mcp-rl runs list|status|logs|stop ...
+    mcp-rl serve-model RUN_ID [--step N] [--detach] | --list | --stop SERVE_ID
 
 This module only parses arguments and dispatches; the work lives in the modules it names.
 """
@@ -60,6 +61,13 @@ def _runs_command(args: argparse.Namespace, settings, runs_cli) -> int:
     return runs_cli.cmd_stop(settings, args.run_id, args.json)
 
 
+def _serve_model(args: argparse.Namespace) -> int:
+    # only this command needs the serving code (model resolution, ports, process records)
+    from mcp_rl.serve_cli import cmd_serve
+
+    return cmd_serve(Settings.from_env(), args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     return run_demo(DemoOptions(home=args.home, steps=args.steps))
 
@@ -105,6 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.add_argument("--port", type=int, default=8000, help="HTTP port to check (default 8000)")
     doctor.set_defaults(func=_doctor)
+
+    served = sub.add_parser(
+        "serve-model",
+        help="Serve a run's saved checkpoint behind an OpenAI-compatible endpoint (prints base URL and model name).",
+        description="Serve a run's saved checkpoint (local: base + its LoRA adapter on 127.0.0.1, "
+        "/v1/chat/completions and /v1/completions with logprobs) until Ctrl-C, or in the background "
+        "with --detach. Tinker runs: prints Tinker's OpenAI-compatible endpoint and the checkpoint path.",
+    )
+    served.add_argument("run_id", nargs="?", help="the run (mcp-rl runs list)")
+    served.add_argument("--step", type=int, default=None, help="a saved step (default: the newest)")
+    served.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    served.add_argument("--detach", action="store_true", help="keep serving in the background and return")
+    served.add_argument("--list", action="store_true", help="list the models served in the background")
+    served.add_argument("--stop", metavar="SERVE_ID", default=None, help="stop a model served in the background")
+    served.add_argument("--json", action="store_true", help="print one JSON object")
+    served.set_defaults(func=_serve_model)
 
     runs = sub.add_parser("runs", help="List, inspect, read logs of and stop training runs.")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)

@@ -1,15 +1,17 @@
-"""`python -m mcp_rl.trainer.serve_model --model default --port N`: serve a base model, no training.
+"""`python -m mcp_rl.trainer.serve_model --model default --port N [--adapter DIR]`: serve a model, no training.
 
 Same endpoints and code as the trainer's inference server (`/health`, `/generate`,
 `/v1/completions`, `/v1/chat/completions`, `/v1/models`). It stands in for OpenRouter in
 smoke tests of environments, so nothing paid or remote is needed. Binds 127.0.0.1 unless told
-otherwise; stops on SIGTERM/SIGINT.
+otherwise; stops on SIGTERM/SIGINT. With `--adapter` it serves a run's saved checkpoint (base + its
+LoRA adapter; `mcp-rl serve-model`, evaluations and `rl_test_inference(models=["run:<id>"])`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import uvicorn
 
@@ -27,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--served-name", default=None, help="the `model` name reported (default: the folder name)")
+    parser.add_argument(
+        "--adapter",
+        default=None,
+        help="a saved checkpoint's PEFT adapter folder, merged into the model (a trained run)",
+    )
     args = parser.parse_args(argv)
     settings = start_process()
     if settings is None:
@@ -43,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     configure_torch_threads(settings.torch_threads)
-    backend = LocalBackend(model_dir, train=False, seed=args.seed)
+    backend = LocalBackend(
+        model_dir, train=False, seed=args.seed, adapter_dir=Path(args.adapter) if args.adapter else None
+    )
     if args.served_name:
         backend.model_name = args.served_name
     # As in a run: requests that arrive together (a smoke test's parallel groups) are one batch.

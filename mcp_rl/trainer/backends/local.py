@@ -54,7 +54,8 @@ def configure_torch_threads(threads: int = 0) -> int:
 
 
 class LocalBackend(TrainingBackend):
-    """`train=False` serves the base model as it is (no adapter, no optimizer)."""
+    """`train=False` serves the base model as it is (no optimizer), or base + a saved LoRA
+    adapter (`adapter_dir`, a checkpoint's PEFT folder) merged into it."""
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class LocalBackend(TrainingBackend):
         device: str | None = None,
         checkpoints_dir: Path | None = None,
         sample_beside_training: bool = False,
+        adapter_dir: Path | None = None,
     ) -> None:
         # torch and transformers: only a local-backend process loads them
         import torch
@@ -88,6 +90,13 @@ class LocalBackend(TrainingBackend):
         model.to(self.device)
         model.eval()  # no dropout in sampling or training: sampler and trainer logprobs must agree
         self.trainable = train
+        if adapter_dir is not None and not train:
+            # A saved checkpoint served as a model: its LoRA adapter merged into the base weights,
+            # so sampling is the base model's code path (the same logprobs as base + adapter).
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False).merge_and_unload()
+            model.eval()
         if train:
             # peft: only when the model gets a LoRA adapter
             from peft import LoraConfig, get_peft_model
