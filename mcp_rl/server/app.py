@@ -21,6 +21,7 @@ from mcp_rl.server import (
     follow_tools,
     identity,
     inference_tools,
+    log_events,
     prompts,
     results_tools,
     smoke_test_tools,
@@ -78,6 +79,8 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     # Each module owns one area of the surface and closes over `state`.
     for module in (environment_tools, training_tools, inference_tools, smoke_test_tools, follow_tools, results_tools):
         module.register(mcp, state)
+    # Run and smoke-test events as log messages for clients that set a level (logging capability).
+    log_events.register(mcp, state)
     # Workflows for people (prompts) and argument completions, over the tools registered above.
     prompts.register(mcp, state)
     completions.register(mcp, state)

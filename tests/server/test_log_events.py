@@ -1,0 +1,97 @@
+"""Run events reach a client that set a log level, as MCP log messages (notifications/message):
+through a real client on the 2025-11-25 handshake, with the run's end written to the registry as
+its supervisor would."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import LoggingMessageNotificationParams
+
+from mcp_rl.server import build_server
+from mcp_rl.settings import Settings
+from mcp_rl.supervisor import service
+from mcp_rl.supervisor.states import RunState
+from tests.conftest import FIXTURES, make_env
+from tests.records import run_record
+
+pytestmark = pytest.mark.anyio
+
+
+def _running(settings: Settings, run_id: str) -> None:
+    registry = service.registry_for(settings)
+    run_dir = settings.runs_dir / run_id
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.yaml").write_text(f"run_id: {run_id}\n")
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+    # Within its launch window and without a supervisor pid: not taken for a dead run.
+    registry.create_run(run_record(run_id, run_dir, environment="counting"))
+    registry.transition(run_id, RunState.RUNNING, "all processes ready")
+
+
+async def _until(messages: list[Any], count: int, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(messages) < count:
+        assert time.monotonic() < deadline, f"only {len(messages)} log messages: {messages}"
+        await anyio.sleep(0.1)
+
+
+async def test_a_client_that_sets_a_level_receives_run_events_at_or_above_it(home: Path) -> None:
+    settings = Settings.from_env(
+        make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"), MCP_RL_WATCH_INTERVAL="0.2")
+    )
+    for run_id in ("done1234", "fail1234", "capd1234"):
+        _running(settings, run_id)
+    received: list[LoggingMessageNotificationParams] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        received.append(params)
+
+    async with Client(build_server(settings), logging_callback=on_log, mode="legacy") as client:
+        assert client.server_capabilities.logging is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, current in 2025-11-25
+            await client.set_logging_level("notice")
+        registry = service.registry_for(settings)
+        registry.transition("done1234", RunState.COMPLETED, "trainer finished step 3 of 3")
+        await _until(received, 1)
+        registry.transition("fail1234", RunState.FAILED, "trainer exited with exit code 1: CUDA is not here")
+        registry.transition("capd1234", RunState.STOPPING, "the trainer stops at its cost cap")
+        registry.transition(
+            "capd1234",
+            RunState.STOPPED,
+            "cost cap reached at $2.40 (estimated; max_cost_usd $2.5); stopped after step 3",
+        )
+        await _until(received, 3)
+    done, failed, capped = received
+    assert done.level == "notice" and done.logger == "mcp-rl"
+    assert done.data["event"] == "run_completed" and done.data["run_id"] == "done1234"
+    assert "completed" in done.data["message"] and "rl_get_results" in done.data["message"]
+    assert failed.level == "error" and "exit code 1: CUDA is not here" in failed.data["message"]
+    assert capped.level == "warning" and capped.data["event"] == "run_cost_cap_reached"
+
+
+async def test_a_client_that_sets_no_level_is_sent_nothing(home: Path) -> None:
+    settings = Settings.from_env(
+        make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"), MCP_RL_WATCH_INTERVAL="0.2")
+    )
+    _running(settings, "done1234")
+    received: list[Any] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        received.append(params)
+
+    async with Client(build_server(settings), logging_callback=on_log, mode="legacy") as client:
+        service.registry_for(settings).transition("done1234", RunState.COMPLETED, "trainer finished step 3 of 3")
+        # The server has seen the end once rl_list_runs says completed and a watch interval passed.
+        listed = (await client.call_tool("rl_list_runs", {})).structured_content
+        assert listed["runs"][0]["status"] == "completed"
+        await anyio.sleep(1.0)
+    assert received == []
