@@ -11,3 +11,6 @@ from __future__ import annotations
 MASKED = -100
 # Atropos's placeholder logprob for prompt positions (never trained on).
 PROMPT_LOGPROB = 1.0
+# group_overrides key (GemEnv): the group's scores are discounted returns to be normalised over
+# every such sequence of the step's batch (the GEM recipe's ReBN over the whole pool), not per group.
+REBN_OVER_BATCH = "rebn_over_batch"

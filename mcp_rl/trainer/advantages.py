@@ -20,11 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_rl.scored_data import MASKED
+from mcp_rl.scored_data import MASKED, REBN_OVER_BATCH
 from mcp_rl.trainer.backends.base import TrainingExample
 
-# group_overrides key: normalise this group's scores (returns) over the whole batch (ReBN).
-REBN_OVER_BATCH = "rebn_over_batch"
 # The recipe's ReBN: `(G - mean) / (std + 1e-9)`, std with Bessel's correction (torch's default).
 REBN_EPS = 1e-9
 ZERO_OVERRIDE = "set_advantage_to_zero"
@@ -161,7 +159,9 @@ def rebn(returns: list[float], eps: float = REBN_EPS) -> list[float]:
 def _check_finite(scores: list[float], where: str) -> None:
     for i, s in enumerate(scores):
         if not math.isfinite(s):
-            raise ValueError(f"{where}: sequence {i} has a non-finite score ({s}); the environment must score every item with a finite number")
+            raise ValueError(
+                f"{where}: sequence {i} has a non-finite score ({s}); the environment must score every item with a finite number"
+            )
 
 
 def build_examples(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.environments.gem_returns import normalize_returns
 from mcp_rl.environments.loader import load_env_class
 from mcp_rl.ports import allocate_ports
+from mcp_rl.scored_data import REBN_OVER_BATCH
 from mcp_rl.settings import bundled_environments_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -96,9 +96,15 @@ async def test_group_is_transitions_with_return_advantages(policy_url):
         assert len(adv) == len(tokens) == len(lps)
         assert set(adv[:n_prompt]) == {0.0} and len(set(adv[n_prompt:])) == 1  # one return per transition
         assert set(lps[:n_prompt]) == {1.0} and all(lp <= 0.0 for lp in lps[n_prompt:])  # as sampled
-    # ReBN: each transition's advantage is its return normalised across the group.
+    # ReBN: the raw returns travel, and the trainer normalises them over its whole batch.
     per_seq = [a[-1] for a in group["advantages"]]
-    assert per_seq == pytest.approx(normalize_returns(group["scores"]))
+    assert per_seq == pytest.approx(group["scores"])
+    assert group["group_overrides"] == {REBN_OVER_BATCH: True}
+    # Played transitions beyond the group are carried to the next one, never dropped.
+    played = env._played_turns
+    assert played == 6 + len(env._carry)
+    await env.collect_trajectories(await env.get_next_item())
+    assert env._played_turns == 12 + len(env._carry)
     metrics = env._counters.drain()
     assert metrics["gem/episodes"] >= 2 and 1.0 <= metrics["gem/turns_per_episode"] <= 4.0
     assert metrics["gem/action_tokens"] > 0 and metrics["gem/token_entropy"] > 0
@@ -110,6 +116,7 @@ async def test_without_batch_normalisation_advantages_are_the_returns(policy_url
     await env.setup()
     group, _ = await env.collect_trajectories(await env.get_next_item())
     assert [a[-1] for a in group["advantages"]] == pytest.approx(group["scores"])
+    assert group.get("group_overrides") is None
 
 
 async def test_without_partial_credit_near_misses_train_as_zero(policy_url):

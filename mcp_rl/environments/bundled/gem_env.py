@@ -5,12 +5,14 @@ Sudoku, reasoning_gym tasks, ...). Each episode is played turn by turn against t
 observation is templated, the policy samples an action (token ids and logprobs exactly as
 sampled), GEM steps. Every turn is one transition = one Atropos sequence (prompt tokens masked,
 action tokens trained); its advantage is the discounted return `G_t = r_t + gamma * G_{t+1}`,
-normalised across the submitted transitions when `batch_normalize` is on (ReBN), carried in the
-group's per-token `advantages` so the trainer uses it as given.
+carried in the group's per-token `advantages`. With `batch_normalize` (ReBN) the group asks the
+trainer (`group_overrides[REBN_OVER_BATCH]`) to normalise the returns over every transition of
+the step's batch, as the recipe normalises over its whole pool.
 
 A submitted group holds exactly `group_size` transitions (Atropos batches whole groups and
-expects sizes that divide the batch): episodes are played `num_envs` at a time until there are
-enough; a surplus is dropped uniformly at random. In `process` mode (smoke tests) a group holds
+expects sizes that divide the batch): a round plays about as many episodes (at most `num_envs`)
+as the group still lacks transitions, judged by the turns per episode so far, and a surplus is
+carried to the next group, so what is sampled is what is trained. In `process` mode (smoke tests) a group holds
 `group_size` whole episodes instead, scored 1 for a success and 0 otherwise.
 """
 
@@ -20,6 +22,7 @@ import asyncio
 import difflib
 import itertools
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -36,14 +39,12 @@ from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
 from mcp_rl.environments.gem_returns import (
-    choose_transitions,
     discounted_returns,
     episode_success,
-    normalize_returns,
     token_entropy_estimate,
     training_rewards,
 )
-from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
+from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB, REBN_OVER_BATCH
 
 log = logging.getLogger("mcp_rl.gem_env")
 
@@ -168,7 +169,22 @@ class GemEnvConfig(BaseEnvConfig):
         "stops a safe near-miss from paying almost as well as winning; metrics still report GEM's own returns.",
     )
     eval_episodes: int = Field(16, ge=0, le=10_000, description="Episodes played (greedily) by each evaluation.")
-    seed: int = Field(0, ge=0, description="Seed of the episodes' starting states (episode i uses seed + i).")
+    seed: int = Field(
+        0,
+        ge=0,
+        lt=500_000_000,
+        description="Seed of the training episodes' starting states (episode i uses seed + i; evaluation plays "
+        "its own fixed seeds from 1e9).",
+    )
+
+
+# Evaluation plays seeds EVAL_SEED_BASE, EVAL_SEED_BASE + 1, ...: the same games every evaluation
+# and far from the training seeds (`seed`, `seed + 1`, ... one per episode played).
+EVAL_SEED_BASE = 1_000_000_000
+
+
+def eval_seeds(episodes: int) -> list[int]:
+    return [EVAL_SEED_BASE + i for i in range(episodes)]
 
 
 def resolve_profile(config: GemEnvConfig) -> GemEnvConfig:
@@ -302,6 +318,10 @@ class GemEnv(BaseEnv):
         self._rng = random.Random(config.seed)
         self._counters = Counters()
         self._eval_metrics: dict[str, float] = {}
+        # Transitions played but not yet submitted (with their returns): the next group's start.
+        self._carry: list[tuple[Turn, float]] = []
+        self._played_episodes = 0
+        self._played_turns = 0
 
     @classmethod
     def config_init(cls) -> tuple[GemEnvConfig, list[APIServerConfig]]:
@@ -473,9 +493,13 @@ class GemEnv(BaseEnv):
             if healthy:
                 self._pool.append(env)  # a failed instance is not reused
 
-    async def _play_round(self, split: str) -> list[Episode]:
-        seeds = [self._next_seed + i for i in range(self._num_envs)]
-        self._next_seed += self._num_envs
+    async def _play_round(self, split: str, count: int | None = None, seeds: list[int] | None = None) -> list[Episode]:
+        """`count` episodes (default `num_envs`) played at once, each with the next unused seed
+        (or exactly `seeds`: the fixed eval seeds)."""
+        if seeds is None:
+            count = self._num_envs if count is None else count
+            seeds = [self._next_seed + i for i in range(count)]
+            self._next_seed += count
         results = await asyncio.gather(*(self.play_episode(s, split) for s in seeds), return_exceptions=True)
         episodes = []
         for seed, result in zip(seeds, results, strict=True):
@@ -512,6 +536,12 @@ class GemEnv(BaseEnv):
             episodes.extend(played)
         return episodes
 
+    def _round_size(self, transitions: int) -> int:
+        """Episodes to play for about `transitions` more transitions (by the turns per episode so
+        far; at most `num_envs`): a paid sampler plays little more than what is trained."""
+        per_episode = self._played_turns / self._played_episodes if self._played_episodes else 1.0
+        return max(1, min(self._num_envs, math.ceil(transitions / max(per_episode, 1.0))))
+
     # --- groups -----------------------------------------------------------------------------
     async def collect_trajectories(self, item: int) -> tuple[ScoredDataGroup | None, list[Any]]:
         if getattr(self, "process_mode", False):
@@ -519,20 +549,37 @@ class GemEnv(BaseEnv):
         return await self._transition_group(), []
 
     async def _transition_group(self) -> ScoredDataGroup:
-        """`group_size` transitions, each with its discounted (ReBN-normalised) return."""
+        """`group_size` transitions, each with its discounted return; the surplus of the last
+        round is carried to the next group (played episodes are never thrown away)."""
         size = self.config.group_size
-        episodes = await self._collect_episodes(lambda eps: sum(len(e.turns) for e in eps) >= size)
-        flat: list[tuple[Turn, float]] = []
-        for episode in episodes:
-            rewards = training_rewards(episode.rewards, self.config.success_reward, self.config.partial_credit)
-            for turn, ret in zip(episode.turns, discounted_returns(rewards, self.config.gamma), strict=True):
-                flat.append((turn, ret))
-        chosen = [flat[i] for i in choose_transitions(len(flat), size, self._rng)]
-        returns = [ret for _, ret in chosen]
-        advantages = normalize_returns(returns) if self.config.batch_normalize else returns
+        empty_rounds = 0
+        while len(self._carry) < size:
+            played = await self._play_round("train", self._round_size(size - len(self._carry)))
+            if not played:
+                empty_rounds += 1
+                if empty_rounds >= MAX_EMPTY_ROUNDS:
+                    raise RuntimeError(
+                        f"every episode of {empty_rounds} rounds failed (see the warnings above); group given up"
+                    )
+                continue
+            for episode in played:
+                self._counters.add(episode, self.config.success_reward)
+                self._played_episodes += 1
+                self._played_turns += len(episode.turns)
+                rewards = training_rewards(episode.rewards, self.config.success_reward, self.config.partial_credit)
+                self._carry.extend(zip(episode.turns, discounted_returns(rewards, self.config.gamma), strict=True))
+        chosen, self._carry = self._carry[:size], self._carry[size:]
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], advantages=[], inference_logprobs=[])
         group["messages"] = [] if self.config.include_messages else None
-        for (turn, ret), adv in zip(chosen, advantages, strict=True):
+        if self.config.batch_normalize:
+            # ReBN over the step's whole pool: the trainer normalises these returns together with
+            # every other such group of its batch (per group, a group of lost episodes would get
+            # +-1-scale advantages and the differences between groups would be erased).
+            group["group_overrides"] = {REBN_OVER_BATCH: True}
+        # What the actions were sampled at: the trainer refuses to train another temperature than 1.
+        group["generation_params"] = {"temperature": self.config.temperature}
+        for turn, ret in chosen:
+            adv = ret
             n_prompt, n_action = len(turn.prompt_tokens), len(turn.action_tokens)
             group["tokens"].append(turn.prompt_tokens + turn.action_tokens)
             group["masks"].append([MASKED] * n_prompt + turn.action_tokens)
@@ -575,13 +622,11 @@ class GemEnv(BaseEnv):
             return
         start = time.time()
         episodes: list[Episode] = []
-        while len(episodes) < self.config.eval_episodes:
-            played = await self._play_round("eval")
-            if not played:
-                log.warning("GEM evaluation: a whole round of episodes failed; evaluation stopped")
-                break
-            episodes.extend(played)
-        episodes = episodes[: self.config.eval_episodes]
+        # The same held-out games every evaluation (eval_seeds), never a training seed; a failed
+        # episode is not replaced (another seed would make the evaluations incomparable).
+        seeds = eval_seeds(self.config.eval_episodes)
+        for i in range(0, len(seeds), self._num_envs):
+            episodes.extend(await self._play_round("eval", seeds=seeds[i : i + self._num_envs]))
         if not episodes:
             return
         successes = [1.0 if episode_success(e.rewards, self.config.success_reward) else 0.0 for e in episodes]
