@@ -223,6 +223,11 @@ class CheckpointRecord(BaseModel):
     path: str  # a local folder or a tinker:// URL
     time: float | None = None
     final: bool = False  # the weights saved after the run's last step
+    # Unix time the checkpoint expires on its service (Tinker's TTL); None: it never expires.
+    expires_at: float | None = None
+    # Kept like a final one: the last of a stopped or failed run, or one a user chose to keep
+    # (local retention never deletes it). A later line for the same path supersedes earlier ones.
+    kept: bool = False
 
 
 # --- reading ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from mcp_rl.costs.training import estimate_training
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
 from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import CHECKPOINTS_DIR
 from mcp_rl.server.budget import CallBudget, Progress, wait_job
 from mcp_rl.server.cost_consent import confirm_training_start
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
@@ -36,6 +37,7 @@ from mcp_rl.supervisor.models import (
 )
 from mcp_rl.supervisor.pace import CheckLimiter
 from mcp_rl.supervisor.states import TERMINAL_STATES, RunState
+from mcp_rl.trainer.retention import disk_bytes
 
 log = logging.getLogger(__name__)
 
@@ -406,6 +408,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
             return bounded_latest(status)
 
         status = await anyio.to_thread.run_sync(check)
+        used = await anyio.to_thread.run_sync(lambda: disk_bytes(settings.runs_dir / status.run_id / CHECKPOINTS_DIR))
+        status = status.model_copy(update={"checkpoints_disk_mb": round(used / 1e6, 1)})
         return _with_links(status, status.run_id, status.logs)
 
     @mcp.tool(title="Stop a training run", annotations=STOP)

@@ -79,6 +79,11 @@ class RunStatus(BaseModel):
     ports: dict[str, int | None] = Field(default_factory=dict)
     logs: dict[str, str] = Field(default_factory=dict)
     config_path: str | None = None
+    checkpoints_disk_mb: float | None = Field(
+        None,
+        description="Disk used by the run's local checkpoints (MB); retention keeps the final, the kept and the "
+        "last keep_last_checkpoints. rl_list_checkpoints shows each one.",
+    )
     created_at: float
     ended_at: float | None = None
     message: str

@@ -26,7 +26,15 @@ from mcp_rl import processes
 from mcp_rl.costs.tracker import CostTracker, tracker_for
 from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, start_line
 from mcp_rl.runconfig import RunConfig
-from mcp_rl.rundir import LOSS_KEY, REWARD_KEY, STEP_SECONDS_KEY, TOKENS_KEY, TrainerPhase, TrainerStartup
+from mcp_rl.rundir import (
+    LOSS_KEY,
+    REWARD_KEY,
+    STEP_SECONDS_KEY,
+    TOKENS_KEY,
+    TrainerPhase,
+    TrainerStartup,
+    read_checkpoints,
+)
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.advantages import BatchStats
 from mcp_rl.trainer.atropos_client import AtroposClient
@@ -39,6 +47,7 @@ from mcp_rl.trainer.backends.base import (
 )
 from mcp_rl.trainer.batcher import BatchingSampler, BatchSampling, batching_sampler
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+from mcp_rl.trainer.retention import prune
 from mcp_rl.trainer.status import RunRecorder, last_state
 from mcp_rl.trainer.step_data import Notices, prepare_step
 
@@ -175,6 +184,7 @@ class Trainer:
             log.exception("trainer failed")
             self.recorder.update(phase=TrainerPhase.FAILED, error=message)
             detail = message[:500]
+            await self._keep_last()
             return 1
         finally:
             if client is not None:
@@ -390,28 +400,56 @@ class Trainer:
         metrics.update(result.extra)
         return metrics
 
-    def _save(self, step: int, final: bool) -> str:
+    def _save(self, step: int, final: bool, keep: bool = False) -> str:
         """A resumable state and the inference weights for `step`, both recorded; returns the
-        weights path (only ever a path that was really written)."""
+        weights path (only ever a path that was really written). `keep`: saved without expiry
+        like a final one (the last checkpoint of a stopped run). Local retention runs after."""
         assert self.backend is not None
         name = step_name(step)
-        state, weights = self.backend.save_checkpoint(name, final=final)
-        self.recorder.checkpoint(step, "state", state, final=final)
+        forever = final or keep
+        state, weights = self.backend.save_checkpoint(name, final=forever)
+        ttl = None if forever else self.backend.checkpoint_ttl_s
+        expires = time.time() + ttl if ttl else None
+        self.recorder.checkpoint(step, "state", state, final=final, kept=keep, expires_at=expires)
         # resume_state always names the newest resumable checkpoint.
         self.recorder.update(resume_state=state)
         self.last_state_step = step
         # A periodic save of weights the step already recorded would only repeat a line; the
         # final one is written again so the index marks it final.
-        if final or self._recorded_sampler != (step, weights):
-            self.recorder.checkpoint(step, "sampler", weights, final=final)
+        if forever or self._recorded_sampler != (step, weights):
+            self.recorder.checkpoint(step, "sampler", weights, final=final, kept=keep, expires_at=expires)
             self._recorded_sampler = (step, weights)
+        if not self.backend.remote:
+            prune(self.config.paths.checkpoints_dir, self.config.paths.checkpoints_index, self.t.keep_last_checkpoints)
         return weights
+
+    async def _keep_last(self) -> None:
+        """The last checkpoint of a stopped or failed run is kept like a final one: a service
+        that lets checkpoints expire (Tinker) is told to keep it, and the index says so. A
+        failure is only logged (the run's outcome stands)."""
+        if self.backend is None or self.backend.checkpoint_ttl_s is None:
+            return
+        records = read_checkpoints(self.config.paths.checkpoints_index).records
+        if not records:
+            return
+        last = max(r.step for r in records)
+        latest = {r.path: r for r in records if r.step == last}
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.backend.keep_checkpoints, sorted(latest)), CLOSE_TIMEOUT_S)
+        except Exception:  # keeping is best effort: the run's outcome is already decided
+            log.warning("could not remove the expiry of the last checkpoint (step %d)", last, exc_info=True)
+            return
+        for record in latest.values():
+            self.recorder.checkpoint(record.step, record.kind, record.path, final=record.final, kept=True)
+        log.info("kept the last checkpoint (step %d) without expiry", last)
 
     async def _finish(self, finished: bool) -> None:
         step = self.recorder.status.step
         if step > self.last_state_step or (finished and self.final_weights is None):
             self.recorder.update(phase=TrainerPhase.SAVING)
-            self.final_weights = await asyncio.to_thread(self._save, step, finished)
+            self.final_weights = await asyncio.to_thread(self._save, step, finished, not finished)
+        elif not finished:
+            await self._keep_last()
         if finished:
             self.recorder.update(phase=TrainerPhase.DONE, final_weights=self.final_weights)
             log.info("training complete: %d steps, final weights %s", step, self.final_weights)

@@ -81,8 +81,19 @@ class RunRecorder:
             _append_line(self.paths.metrics, line)
         return line
 
-    def checkpoint(self, step: int, kind: CheckpointKind, path: str, *, final: bool = False) -> CheckpointRecord:
-        record = CheckpointRecord(step=step, kind=kind, path=path, time=time.time(), final=final)
+    def checkpoint(
+        self,
+        step: int,
+        kind: CheckpointKind,
+        path: str,
+        *,
+        final: bool = False,
+        kept: bool = False,
+        expires_at: float | None = None,
+    ) -> CheckpointRecord:
+        record = CheckpointRecord(
+            step=step, kind=kind, path=path, time=time.time(), final=final, kept=kept, expires_at=expires_at
+        )
         with self._lock:
             _append_line(self.paths.checkpoints_index, record.model_dump())
         return record

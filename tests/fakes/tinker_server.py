@@ -34,6 +34,8 @@ from typing import Any, Self
 import numpy as np
 
 API_KEY = "tml-loopback-test-key"
+# A sampler of a base model (create_sampling_session with base_model, no model_path) in `samplers`.
+BASE_PREFIX = "base:"
 LONG_POLL_S = 0.5
 
 
@@ -87,9 +89,20 @@ class TinkerWire:
     optim_steps: list[dict[str, Any]] = field(default_factory=list)
     saves: list[dict[str, Any]] = field(default_factory=list)
     samplers: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # create_sampling_session requests: what each named (model_path, or base_model alone)
+    sampling_sessions: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     max_samples_in_flight: int = 0
     futures: dict[str, Future] = field(default_factory=dict)
+    # --- checkpoints and weights export (see the block "checkpoint endpoints" below) ---
+    # The files an external-weights export of any model holds (name -> bytes); a test may put
+    # an escaping name in it.
+    export_files: dict[str, bytes] = field(default_factory=lambda: dict(DEFAULT_EXPORT_FILES))
+    ttl_calls: list[tuple[str, int | None]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    expiry: dict[str, float | None] = field(default_factory=dict)
+    exports: list[dict[str, Any]] = field(default_factory=list)
+    downloads: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -190,8 +203,12 @@ def build_app(wire: TinkerWire) -> Any:
     def ok(body: Any) -> JSONResponse:
         return JSONResponse(body)
 
+    checkpoint_routes = build_checkpoint_routes(wire)
+
     async def guarded(request: Request) -> Response:
         wire.requests.append((request.url.path, time.monotonic()))
+        if request.url.path.startswith(SIGNED_PREFIX):  # a signed URL carries no API key
+            return await checkpoint_routes(request)
         if request.headers.get("x-api-key") != wire.api_key:
             wire.unauthorized += 1
             return JSONResponse({"detail": "invalid API key"}, status_code=401)
@@ -204,6 +221,10 @@ def build_app(wire: TinkerWire) -> Any:
             handler = finish
         if handler is None and request.method == "GET" and request.url.path.startswith("/api/v1/samplers/"):
             handler = get_sampler
+        if handler is None and (
+            request.url.path.startswith("/api/v1/training_runs/") or request.url.path == "/api/v1/save_weights_external"
+        ):
+            handler = checkpoint_routes
         if handler is None:
             return JSONResponse(
                 {"detail": f"not served by the fake: {request.method} {request.url.path}"}, status_code=404
@@ -401,6 +422,11 @@ def build_app(wire: TinkerWire) -> Any:
     async def create_sampling_session(request: Request) -> Response:
         data = await body(request)
         path = data.get("model_path") or ""
+        wire.sampling_sessions.append({"model_path": data.get("model_path"), "base_model": data.get("base_model")})
+        if not path and data.get("base_model"):  # the base model itself: its weights never trained
+            sampler_id = f"{data['session_id']}:sample:{data['sampling_session_seq_id']}"
+            wire.samplers[sampler_id] = (BASE_PREFIX + data["base_model"], 0)
+            return ok({"type": "create_sampling_session", "sampling_session_id": sampler_id})
         saved = [s for s in wire.saves if s.get("path") == path]
         if not saved:
             return JSONResponse({"detail": f"unknown model_path {path!r}"}, status_code=404)
@@ -411,7 +437,10 @@ def build_app(wire: TinkerWire) -> Any:
     async def get_sampler(request: Request) -> Response:
         sampler_id = request.url.path.rsplit("/", 1)[-1]
         model_id, _ = wire.samplers[sampler_id]
-        return ok({"sampler_id": sampler_id, "base_model": wire.models[model_id].base_model})
+        base = (
+            model_id.removeprefix(BASE_PREFIX) if model_id.startswith(BASE_PREFIX) else wire.models[model_id].base_model
+        )
+        return ok({"sampler_id": sampler_id, "base_model": base})
 
     async def asample(request: Request) -> Response:
         data = await body(request)
@@ -490,7 +519,121 @@ def build_app(wire: TinkerWire) -> Any:
         ("POST", "/api/v1/asample"): asample,
         ("POST", "/api/v1/retrieve_future"): retrieve_future,
     }
-    return Starlette(routes=[Route("/{path:path}", guarded, methods=["GET", "POST"])])
+    return Starlette(routes=[Route("/{path:path}", guarded, methods=["GET", "POST", "PUT", "DELETE"])])
+
+
+# --- checkpoint endpoints: list, TTL, delete, save_weights_external, signed downloads ----------
+# The paths the SDK's RestClient and TrainingClient.save_weights_external call (tinker 0.38,
+# tinker/resources/weights.py and rest_client.py). Checkpoints are the named saves in
+# `wire.saves`; a checkpoint id is "weights/<name>", "sampler_weights/<name>" or
+# "external_weights/<name>". Signed URLs are served under SIGNED_PREFIX without the API key.
+SIGNED_PREFIX = "/signed/"
+DEFAULT_EXPORT_FILES = {
+    "adapter_config.json": json.dumps(
+        {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}
+    ).encode(),
+    "adapter_model.safetensors": b"fake-safetensors-bytes",
+}
+SIGNED_URL_TTL_S = 3600.0
+
+
+def build_checkpoint_routes(wire: TinkerWire) -> Any:
+    import datetime as dt
+
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    def iso(ts: float | None) -> str | None:
+        return None if ts is None else dt.datetime.fromtimestamp(ts, tz=dt.UTC).isoformat()
+
+    def named(run: str) -> list[dict[str, Any]]:
+        kinds = {"state": ("training", "weights"), "sampler": ("sampler", "sampler_weights")}
+        out = []
+        for s in list(wire.saves) + list(wire.exports):
+            if s["kind"] not in kinds and s["kind"] != "external":
+                continue
+            path = s["path"]
+            if not path.startswith(f"tinker://{run}/") or path in wire.deleted:
+                continue
+            ctype = "external" if s["kind"] == "external" else kinds[s["kind"]][0]
+            if path not in wire.expiry:
+                ttl = s.get("ttl_seconds")
+                wire.expiry[path] = time.time() + ttl if ttl else None
+            out.append(
+                {
+                    "checkpoint_id": path.split("/", 3)[3],
+                    "checkpoint_type": ctype,
+                    "time": iso(time.time()),
+                    "tinker_path": path,
+                    "size_bytes": sum(len(v) for v in wire.export_files.values()),
+                    "public": False,
+                    "expires_at": iso(wire.expiry[path]),
+                }
+            )
+        return out
+
+    def find(run: str, checkpoint_id: str) -> dict[str, Any] | None:
+        path = f"tinker://{run}/{checkpoint_id}"
+        return next((c for c in named(run) if c["tinker_path"] == path), None)
+
+    async def dispatch(request: Request) -> Response:
+        path = request.url.path
+        if path.startswith(SIGNED_PREFIX):
+            _, _, token, name = path.split("/", 3)
+            export = next((e for e in wire.exports if e["token"] == token), None)
+            if export is None or export["path"] in wire.deleted or name not in export["files"]:
+                return JSONResponse({"detail": "no such signed file"}, status_code=404)
+            wire.downloads.append(name)
+            return Response(export["files"][name], media_type="application/octet-stream")
+        if path == "/api/v1/save_weights_external":
+            data = json.loads(await request.body())
+            model = wire.models[data["model_id"]]
+            out = f"tinker://{model.run}/external_weights/{data['path']}"
+            token = wire._id("sig")
+            wire.exports.append(
+                {
+                    "kind": "external",
+                    "path": out,
+                    "token": token,
+                    "ttl_seconds": data.get("ttl_seconds"),
+                    "model_id": model.model_id,
+                    "files": dict(wire.export_files),
+                }
+            )
+            ready = wire._tick(model)
+            return JSONResponse(
+                wire.future("save_weights_external", ready, {"type": "save_weights_external", "path": out})
+            )
+        parts = path[len("/api/v1/training_runs/") :].split("/")
+        run = parts[0]
+        if len(parts) == 2 and parts[1] == "checkpoints" and request.method == "GET":
+            return JSONResponse({"checkpoints": named(run)})
+        if len(parts) < 4 or parts[1] != "checkpoints":
+            return JSONResponse({"detail": f"not served by the fake: {path}"}, status_code=404)
+        checkpoint_id = "/".join(parts[2:4])
+        rest = parts[4:]
+        found = find(run, checkpoint_id)
+        if found is None:
+            return JSONResponse({"detail": f"checkpoint {checkpoint_id} not found"}, status_code=404)
+        tinker_path = found["tinker_path"]
+        if rest == ["ttl"] and request.method == "PUT":
+            ttl = json.loads(await request.body()).get("ttl_seconds")
+            if ttl is not None and not 3600 <= ttl <= 10 * 365 * 86400:
+                return JSONResponse({"detail": "ttl_seconds out of range"}, status_code=400)
+            wire.ttl_calls.append((tinker_path, ttl))
+            wire.expiry[tinker_path] = time.time() + ttl if ttl else None
+            return Response(status_code=204)
+        if rest == [] and request.method == "DELETE":
+            wire.deleted.append(tinker_path)
+            return Response(status_code=204)
+        if rest == ["external_weights_urls"] and request.method == "GET":
+            export = next(e for e in wire.exports if e["path"] == tinker_path)
+            base = str(request.base_url).rstrip("/")
+            urls = {name: f"{base}{SIGNED_PREFIX}{export['token']}/{name}" for name in export["files"]}
+            return JSONResponse({"urls": urls, "expires": iso(time.time() + SIGNED_URL_TTL_S)})
+        return JSONResponse({"detail": f"not served by the fake: {request.method} {path}"}, status_code=404)
+
+    return dispatch
 
 
 class TinkerServer:

@@ -138,6 +138,13 @@ class TrainingBackend(Sampler):
         self.optim_step(params)
         return result, self.update_sampler(step)
 
+    #: seconds an intermediate checkpoint lives on the service (None: never expires, local)
+    checkpoint_ttl_s: int | None = None
+
+    def keep_checkpoints(self, paths: list[str]) -> None:
+        """Remove any expiry from saved checkpoints: the last checkpoint of a stopped or failed
+        run is kept like a final one. Local checkpoints never expire: nothing to do."""
+
     def save_checkpoint(self, name: str, *, final: bool) -> tuple[str, str]:
         """`save_state(name)` then `save_sampler_weights(name)`: (state path, weights path).
         A remote backend may let intermediate (not `final`) checkpoints expire."""

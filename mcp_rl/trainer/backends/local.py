@@ -400,14 +400,14 @@ class LocalBackend(TrainingBackend):
         return self.checkpoints_dir / name
 
     def save_sampler_weights(self, name: str) -> str:
+        """Always written anew: after a crash and resume, an adapter/ left by the earlier attempt
+        holds older weights than the trainer_state.pt saved beside it now."""
         target = self._checkpoint_folder(name) / ADAPTER_DIR
-        if (target / "adapter_config.json").is_file():
-            return str(target)
         tmp = _temp_sibling(target)
         try:
             with self._weights.shared():
                 self.model.save_pretrained(str(tmp))
-            os.replace(tmp, target)
+            _replace_dir(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -477,6 +477,23 @@ def _merge_caches(caches: list[Any], counts: list[int], width: int) -> Any:
             [F.pad(v, (0, 0, p, 0)).expand(n, -1, -1, -1) for (_, v), p, n in zip(parts, pads, counts, strict=True)]
         )
     return merged
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Put folder `new` at `target`, replacing any folder there (moved aside first: a rename
+    cannot replace a non-empty folder; a reader sees the old or the new one, never a mix)."""
+    old = None
+    if target.exists():
+        old = _temp_sibling(target)
+        os.replace(target, old)
+    try:
+        os.replace(new, target)
+    except BaseException:
+        if old is not None:
+            os.replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _temp_sibling(target: Path) -> Path:

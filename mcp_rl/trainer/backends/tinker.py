@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp_rl.costs.meter import TokenMeter
@@ -126,6 +127,7 @@ class TinkerBackend(TrainingBackend):
         self.sampling: Any = None
         self._resume_from: str | None = None
         self._closed = False
+        self.rest_client: Any = None
         # What Tinker bills, counted at each SDK call (mcp_rl.costs): the trainer takes it per step.
         self.meter = TokenMeter()
 
@@ -143,7 +145,7 @@ class TinkerBackend(TrainingBackend):
             api_key=settings.tinker_api_key.get_secret_value(),
             base_url=settings.tinker_base_url,
         )
-        return cls(
+        backend = cls(
             service,
             base_model=t.base_model,
             lora_rank=t.lora_rank,
@@ -152,6 +154,10 @@ class TinkerBackend(TrainingBackend):
             checkpoint_ttl_s=settings.tinker_checkpoint_ttl_s,
             create_timeout_s=settings.tinker_create_timeout_s,
         )
+        backend.rest_client = tinker.RestClient(
+            base_url=settings.tinker_base_url, api_key=settings.tinker_api_key.get_secret_value()
+        )
+        return backend
 
     # --- setting up -------------------------------------------------------------------------
     def load_state(self, path: str) -> None:
@@ -351,6 +357,27 @@ class TinkerBackend(TrainingBackend):
         state = self.training.save_state(name, ttl_seconds=ttl)
         weights = self.training.save_weights_for_sampler(name, ttl_seconds=ttl)
         return str(_wait(state).path), str(_wait(weights).path)
+
+    def _rest(self) -> Any:
+        """The REST client of this backend's service (given, or the service's own)."""
+        if self.rest_client is None:
+            with warnings.catch_warnings():
+                # tinker 0.38 deprecates it for RestClient(base_url, api_key); a test-made
+                # service client carries no settings to build one from.
+                warnings.simplefilter("ignore", FutureWarning)
+                self.rest_client = self.service.create_rest_client()
+        return self.rest_client
+
+    def keep_checkpoints(self, paths: list[str]) -> None:
+        """Remove the TTL of saved checkpoints through the REST client (what `tinker checkpoint
+        set-ttl --remove` does)."""
+        paths = [p for p in paths if p.startswith("tinker://")]
+        if not paths:
+            return
+        rest = self._rest()
+        futures = [rest.set_checkpoint_ttl_from_tinker_path(p, None) for p in paths]
+        for future in futures:
+            future.result(timeout=CLOSE_TIMEOUT_S)
 
     def close(self, status: RunOutcome = "success", detail: str | None = None) -> None:
         """Finish the Tinker session with the run's outcome. Call it from a worker thread (the
