@@ -31,8 +31,25 @@ REPO = Path(__file__).resolve().parent.parent
 # fails at once with a clear error instead of silently converting the model into a test home.
 NO_MODEL = FIXTURES / "no-model-requested-use-the-model_dir-fixture"
 SLOW_TIMEOUT_S = 900
+# Worker processes for the fast tier (pyproject: `-n auto`, pytest-xdist). Its tests mostly wait
+# on child processes, servers and deadlines, so parallel processes fill the idle CPU and the tier
+# fits its 5-minute budget on 2 cores. Overridden by PYTEST_XDIST_AUTO_NUM_WORKERS or `-n N`.
+FAST_TIER_WORKERS = 2
 
 _converted_model: Path | None = None
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: parallel for the fast tier; one process for the slow and live tiers (their
+    tests train real models and share session fixtures, such as the converted model and
+    `completed_run`, that each worker would make again) and for runs of named files or tests."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    if "not slow" not in (config.option.markexpr or ""):
+        return 0
+    if any(".py" in arg for arg in config.args):
+        return 0
+    return FAST_TIER_WORKERS
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
