@@ -36,6 +36,8 @@ SUMMARY_FILE = "summary.json"
 WORKER_LOG = "worker.log"
 LOCAL_SERVER_LOG = "local_server.log"
 LOCAL_SERVER_FILE = "local_server.json"  # a WorkerRecord of the local model server
+# A run checkpoint's server: local_server-<model slug>.json / .log.
+LOCAL_SERVER_GLOB = "local_server*.json"
 MODEL_RESULT_FILE = "result.json"
 MODEL_CONFIG_FILE = "config.yaml"
 MODEL_JSONL = "groups.jsonl"
@@ -77,6 +79,14 @@ class ModelSpec(BaseModel):
     )
     request_budget: int | None = Field(default=None, description="Most requests this model may make in the test.")
     token_budget: int | None = Field(default=None, description="Most tokens (prompt + completion) this model may use.")
+    # A run's saved checkpoint (id run:<run_id>@<step>): served locally as base + this adapter.
+    adapter: str | None = Field(default=None, description="The checkpoint's LoRA adapter folder (run checkpoints).")
+    base_model: str | None = Field(default=None, description="The checkpoint's base model folder (run checkpoints).")
+
+    @property
+    def server_key(self) -> str:
+        """Models with the same key share one local model server."""
+        return f"{self.base_model or ''}|{self.adapter or ''}"
 
 
 class ModelUsage(BaseModel):

@@ -208,19 +208,29 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     @classmethod
-    def spawn(cls, settings: Settings, model_path: Path, log_path: Path, timeout_s: float) -> LocalServer:
+    def spawn(
+        cls,
+        settings: Settings,
+        model_path: Path,
+        log_path: Path,
+        timeout_s: float,
+        adapter: str | None = None,
+        record_file: str = LOCAL_SERVER_FILE,
+    ) -> LocalServer:
         (port,) = allocate_ports(1)
         env = settings.child_env()
         for name in _STRIPPED_ENV:
             env.pop(name, None)
         argv = [sys.executable, "-m", "mcp_rl.trainer.serve_model", "--model", str(model_path), "--port", str(port)]
+        if adapter:  # a run's saved checkpoint: base + its LoRA adapter
+            argv += ["--adapter", adapter]
         proc = spawn(argv, log_path, env)
         ident = identify(proc.pid)
         record = WorkerRecord(
             pid=proc.pid, pgid=proc.pid, create_time=ident.create_time if ident else 0.0, started_at=time.time()
         )
         # A reader that finds the worker dead ends the server with this.
-        write_text_atomic(log_path.parent / LOCAL_SERVER_FILE, record.model_dump_json())
+        write_text_atomic(log_path.parent / record_file, record.model_dump_json())
         log.info("local model server pid %s on port %s", proc.pid, port)
         return cls(proc=proc, port=port, log_path=log_path, deadline=time.monotonic() + timeout_s)
 
@@ -386,6 +396,21 @@ class TestWorker:
         write_text_atomic(run.folder / MODEL_RESULT_FILE, result.model_dump_json(indent=2))
         log.info("model %s: %s%s", run.model.id, state, f" ({error})" if error else "")
 
+    def _spawn_server(self, model: ModelSpec, local_model: Path) -> LocalServer:
+        """The local model server for `model`: the local model, or a run checkpoint's base + adapter."""
+        if model.adapter is None:
+            return LocalServer.spawn(
+                self.settings, local_model, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s
+            )
+        return LocalServer.spawn(
+            self.settings,
+            Path(model.base_model or local_model),
+            self.dir / f"local_server-{model.slug}.log",
+            self.spec.local_server_timeout_s,
+            adapter=model.adapter,
+            record_file=f"local_server-{model.slug}.json",
+        )
+
     def _lane(self, run: ModelRun, local: LocalServer | None) -> Lane:
         model, spec = run.model, self.spec
         planned = spec.num_steps * spec.group_size
@@ -478,7 +503,7 @@ class TestWorker:
     def run(self) -> TestState:
         """Run every model; returns the test's final state."""
         self.write_summary()
-        local: LocalServer | None = None
+        servers: dict[str, LocalServer] = {}  # by ModelSpec.server_key
         pending = list(self.runs)
         running: list[ModelRun] = []
         final_state: TestState = "completed"
@@ -492,27 +517,39 @@ class TestWorker:
             tokenizer, self.tokenizer_note = choose_tokenizer(self.spec.tokenizer, local_model)
             self.spec = self.spec.model_copy(update={"tokenizer": str(tokenizer)})
             self._check_remote(pending)
-            if any(r.model.provider == "local" for r in pending):
-                # Loads while the remote models already run; local ones start once it is ready.
-                local = LocalServer.spawn(
-                    self.settings, local_model, self.dir / LOCAL_SERVER_LOG, self.spec.local_server_timeout_s
-                )
+            for run in pending:
+                # Load while the remote models already run; local ones start once theirs is ready.
+                # The local model and each run checkpoint get their own server.
+                key = run.model.server_key
+                if run.model.provider == "local" and key not in servers:
+                    servers[key] = self._spawn_server(run.model, local_model)
             while (pending or running) and not self.stop.is_set():
                 changed = False
-                if local is not None and not local.ready:
+                for key, server in list(servers.items()):
+                    if server.ready:
+                        continue
                     try:
-                        local.check()
+                        server.check()
                     except LocalServerError as exc:
-                        for run in [r for r in pending if r.model.provider == "local"]:
+                        for run in [r for r in pending if r.model.provider == "local" and r.model.server_key == key]:
                             pending.remove(run)
                             self._finish(run, "failed", str(exc))
-                        local.stop()
-                        local, changed = None, True
-                startable = [r for r in pending if r.model.provider != "local" or (local is not None and local.ready)]
+                        server.stop()
+                        del servers[key]
+                        changed = True
+
+                def server_of(run: ModelRun) -> LocalServer | None:
+                    return servers.get(run.model.server_key) if run.model.provider == "local" else None
+
+                def startable_now(run: ModelRun) -> bool:
+                    server = server_of(run)
+                    return run.model.provider != "local" or (server is not None and server.ready)
+
+                startable = [r for r in pending if startable_now(r)]
                 while startable and len(running) < self.spec.max_parallel:
                     run = startable.pop(0)
                     pending.remove(run)
-                    self._start(run, tokenizer, local)
+                    self._start(run, tokenizer, server_of(run))
                     running.append(run)
                     changed = True
                 for run in list(running):
@@ -537,9 +574,10 @@ class TestWorker:
                         running.remove(run)
                         self._finish(run, "timed_out", self._timeout_reason(run))
                         changed = True
-                if local is not None and not any(r.model.provider == "local" for r in [*pending, *running]):
-                    local.stop()  # done with it: give its CPU and memory back now
-                    local = None
+                for key, server in list(servers.items()):
+                    if not any(r.model.provider == "local" and r.model.server_key == key for r in [*pending, *running]):
+                        server.stop()  # done with it: give its CPU and memory back now
+                        del servers[key]
                 if changed or time.monotonic() - self._last_write > HEARTBEAT_S:
                     self.write_summary()
                 self.stop.wait(TICK_S)
@@ -564,8 +602,8 @@ class TestWorker:
                     self._finish(run, "failed", note)
             raise
         finally:
-            if local is not None:
-                local.stop()
+            for server in servers.values():
+                server.stop()
             self.gateway.stop()
             self.write_summary(final_state, note)
         return final_state

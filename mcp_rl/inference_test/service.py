@@ -21,10 +21,11 @@ import yaml
 
 from mcp_rl import config
 from mcp_rl.errors import NotFound, UserError
+from mcp_rl.evaluation.checkpoints import is_run_ref, resolve_ref
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
     FINAL_MODEL_STATES,
-    LOCAL_SERVER_FILE,
+    LOCAL_SERVER_GLOB,
     MODEL_HTML,
     MODEL_JSONL,
     MODEL_LOG,
@@ -42,6 +43,7 @@ from mcp_rl.inference_test.models import (
     model_slug,
     test_uri,
 )
+from mcp_rl.models import resolve_model
 from mcp_rl.processes import identify, is_alive, marker_for, spawn, stop_group
 from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
 from mcp_rl.settings import Settings, configs_dir
@@ -135,7 +137,10 @@ def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]
     for raw in models:
         model_id = raw.strip()
         if not model_id:
-            raise UserError("models contains an empty id. Give OpenRouter ids such as 'qwen/qwen3-8b', or 'local'.")
+            raise UserError(
+                "models contains an empty id. Give OpenRouter ids such as 'qwen/qwen3-8b', 'local', or a run's "
+                "checkpoint as 'run:<run_id>' or 'run:<run_id>@<step>'."
+            )
         if model_id not in ids:
             ids.append(model_id)
     if len(ids) > MAX_MODELS:
@@ -146,6 +151,8 @@ def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]
     for model_id in ids:
         if model_id == LOCAL_MODEL_ID:
             spec = local
+        elif is_run_ref(model_id):
+            spec = checkpoint_model(settings, model_id)
         else:
             if not has_key:
                 raise UserError(
@@ -166,6 +173,30 @@ def plan_models(settings: Settings, models: list[str] | None) -> list[ModelSpec]
         slugs.add(slug)
         planned.append(spec.model_copy(update={"slug": slug}))
     return planned
+
+
+def checkpoint_model(settings: Settings, model_id: str) -> ModelSpec:
+    """A run's saved checkpoint (`run:<run_id>[@<step>]`) as a local model: base + its adapter.
+
+    Raises:
+        UserError: unknown run or step (the saved steps listed), no checkpoint yet, a Tinker run.
+    """
+    ref = resolve_ref(settings, model_id)
+    if ref.backend != "local":
+        raise UserError(
+            f"{model_id} is a Tinker run's checkpoint ({ref.weights}); smoke tests serve local checkpoints only. "
+            "Evaluate it with rl_evaluate_checkpoint, or sample it through Tinker's OpenAI-compatible endpoint."
+        )
+    base = resolve_model(settings, ref.base_model)
+    return ModelSpec(
+        id=ref.model_id,
+        name=f"run {ref.run_id} at step {ref.step}",
+        scale="checkpoint",
+        provider="local",
+        slug=model_slug(ref.model_id),
+        adapter=ref.weights,
+        base_model=str(base),
+    )
 
 
 # --- the selected environment ---------------------------------------------------------------
@@ -318,12 +349,13 @@ def read_test(settings: Settings, test_id: str, repair: bool = True) -> Inferenc
         if m.state == "running" and m.pid:
             # Its own session outlived the worker: end it, or it runs unwatched.
             stop_group(m.pid, m.pid, m.pid_create_time, 5.0, marker=marker_of_test(folder))
-    try:
-        server = WorkerRecord.model_validate_json((folder / LOCAL_SERVER_FILE).read_text(encoding="utf-8"))
-        if repair:
-            stop_group(server.pid, server.pgid, server.create_time or None, 5.0, marker=marker_of_test(folder))
-    except (FileNotFoundError, ValueError):
-        pass
+    for server_file in sorted(folder.glob(LOCAL_SERVER_GLOB)):  # the local model and run checkpoints
+        try:
+            server = WorkerRecord.model_validate_json(server_file.read_text(encoding="utf-8"))
+            if repair:
+                stop_group(server.pid, server.pgid, server.create_time or None, 5.0, marker=marker_of_test(folder))
+        except (FileNotFoundError, ValueError):
+            pass
     models = [
         m
         if m.state in FINAL_MODEL_STATES

@@ -117,7 +117,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
             Field(
                 description=(
                     "OpenRouter model ids (any, e.g. 'qwen/qwen3-8b'; needs OPENROUTER_API_KEY) and/or 'local' "
-                    "(the embedded default model on this machine). Default: qwen/qwen3-8b, z-ai/glm-4.7-flash, "
+                    "(the embedded default model on this machine), and/or a run's saved checkpoint: 'run:<run_id>' "
+                    "(its newest) or 'run:<run_id>@<step>' (local runs; base + its LoRA adapter, served here). "
+                    "Default: qwen/qwen3-8b, z-ai/glm-4.7-flash, "
                     "minimax/minimax-m2.7 with OPENROUTER_API_KEY, else 'local'."
                 ),
                 max_length=service.MAX_MODELS,
