@@ -127,17 +127,27 @@ def effective_backend(settings: Settings, choice: str) -> Literal["local", "tink
     return "tinker" if choice == "tinker" else "local"
 
 
-def run_option_defaults(settings: Settings, backend: str) -> dict[str, Any]:
-    defaults = dict(_yaml("run_options.yaml")[backend])
+def run_option_defaults(settings: Settings, backend: str, environment: EnvironmentRef | None = None) -> dict[str, Any]:
+    """The backend's defaults; the bundled GEM environment adds its recipe's (`<backend>_gem`)."""
+    table = _yaml("run_options.yaml")
+    defaults = dict(table[backend])
+    if environment is not None and is_bundled_gem(environment):
+        defaults.update(table.get(f"{backend}_gem") or {})
     if settings.wandb_project:
         defaults["wandb_project"] = settings.wandb_project
     return defaults
 
 
-def resolve_run_options(settings: Settings, edits: dict[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
+def is_bundled_gem(environment: EnvironmentRef) -> bool:
+    return environment.file_path.name == "gem_env.py" and environment.class_name == "GemEnv"
+
+
+def resolve_run_options(
+    settings: Settings, edits: dict[str, Any], environment: EnvironmentRef | None = None
+) -> tuple[RunOptions, dict[str, Any]]:
     """The effective run options and the defaults they were built on (strict: a bad edit raises)."""
     backend = effective_backend(settings, edits.get("backend", "auto"))
-    defaults = {"backend": "auto", **run_option_defaults(settings, backend)}
+    defaults = {"backend": "auto", **run_option_defaults(settings, backend, environment)}
     return RunOptions.model_validate({**defaults, **edits}), defaults
 
 
@@ -339,7 +349,7 @@ class CurrentConfig(BaseModel):
 
 def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> CurrentConfig:
     assert session.environment is not None
-    options, defaults = resolve_run_options(settings, session.run_options)
+    options, defaults = resolve_run_options(settings, session.run_options, session.environment)
     backend = effective_backend(settings, options.backend)
     locked = locked_fields(backend)
     edits, edit_notes = clean_edits(spec, session.edits)
@@ -550,7 +560,7 @@ def edit_config(
     def change(session: Session) -> Session:
         if session.environment is None:
             raise UserError("No environment selected. Call rl_select_environment(name) first.")
-        options, _ = resolve_run_options(settings, session.run_options)
+        options, _ = resolve_run_options(settings, session.run_options, session.environment)
         backend = effective_backend(settings, options.backend)
         locked = locked_fields(backend)
         edits, _ = clean_edits(spec, session.edits)
@@ -562,7 +572,7 @@ def edit_config(
                 else value
             )
             try:
-                resolved, _ = resolve_run_options(settings, new_options)
+                resolved, _ = resolve_run_options(settings, new_options, session.environment)
             except ValidationError as exc:
                 detail = "; ".join(err["msg"] for err in exc.errors())
                 raise UserError(
@@ -673,7 +683,7 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
     """The exact config a run's three processes get (ports are filled in by the supervisor)."""
     if session.environment is None:
         raise UserError("No environment selected. Call rl_select_environment(name) first.")
-    options, _ = resolve_run_options(settings, session.run_options)
+    options, _ = resolve_run_options(settings, session.run_options, session.environment)
     backend = effective_backend(settings, options.backend)
     if backend == "tinker" and settings.tinker_api_key is None:
         raise UserError(

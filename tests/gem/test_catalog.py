@@ -118,3 +118,30 @@ async def test_tools_list_filter_pages_and_resource(gem_settings):
         assert not selected.is_error and selected.structured_content["preset"] == {"env_id": EASY}
         bad = await client.call_tool("rl_select_environment", {"name": "game:Minesweeper-v0-eazy"})
         assert bad.is_error and "game:Minesweeper-v0-easy" in bad.content[0].text
+
+
+def test_gem_on_tinker_trains_the_recipes_base_model(gem_settings):
+    """GEM's Tinker recipe trains Qwen/Qwen3-8B-Base with the qwen3_game prompt; other
+    environments keep the tinker default, and a base_model the run sets wins."""
+    from mcp_rl.runconfig import EnvironmentRef
+
+    gem_env = EnvironmentRef(
+        name=EASY,
+        class_name="GemEnv",
+        file_path=gem_catalog.gem_env_file(),
+        project_root=gem_catalog.gem_env_file().parent,
+    )
+    other = gem_env.model_copy(
+        update={
+            "name": "arithmetic",
+            "class_name": "ArithmeticEnv",
+            "file_path": gem_env.file_path.with_name("arithmetic.py"),
+        }
+    )
+    tinker = {"backend": "tinker"}
+    assert config.resolve_run_options(gem_settings, tinker, gem_env)[0].base_model == "Qwen/Qwen3-8B-Base"
+    assert config.resolve_run_options(gem_settings, tinker, other)[0].base_model == "Qwen/Qwen3-8B"
+    chosen = {**tinker, "base_model": "Qwen/Qwen3-8B"}
+    assert config.resolve_run_options(gem_settings, chosen, gem_env)[0].base_model == "Qwen/Qwen3-8B"
+    # The locally run GEM keeps the embedded model.
+    assert config.resolve_run_options(gem_settings, {"backend": "local"}, gem_env)[0].base_model == "default"
