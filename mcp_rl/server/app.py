@@ -18,6 +18,7 @@ from mcp_rl import __version__
 from mcp_rl.server import (
     completions,
     environment_tools,
+    evaluation_tools,
     follow_tools,
     identity,
     inference_tools,
@@ -77,7 +78,15 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     )
 
     # Each module owns one area of the surface and closes over `state`.
-    for module in (environment_tools, training_tools, inference_tools, smoke_test_tools, follow_tools, results_tools):
+    for module in (
+        environment_tools,
+        training_tools,
+        inference_tools,
+        smoke_test_tools,
+        follow_tools,
+        results_tools,
+        evaluation_tools,
+    ):
         module.register(mcp, state)
     # Run and smoke-test events as log messages for clients that set a level (logging capability).
     log_events.register(mcp, state)

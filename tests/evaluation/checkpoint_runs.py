@@ -17,7 +17,13 @@ ARITHMETIC = Path(__file__).resolve().parents[2] / "mcp_rl" / "environments" / "
 
 
 def write_run_file(
-    settings: Settings, run_id: str, *, base_model: str, backend: str = "local", steps: int = 4
+    settings: Settings,
+    run_id: str,
+    *,
+    base_model: str,
+    backend: str = "local",
+    steps: int = 4,
+    tokenizer_path: str | None = None,
 ) -> RunConfig:
     run_dir = settings.runs_dir / run_id
     paths = RunPaths.for_run(run_dir)
@@ -30,7 +36,14 @@ def write_run_file(
         paths=paths,
         env={"group_size": 4, "batch_size": 8, "total_steps": steps},
         openai=[{"model_name": base_model, "base_url": "http://127.0.0.1:1/v1", "api_key": "x"}],
-        trainer=TrainerSettings(backend=backend, base_model=base_model, num_steps=steps, batch_size=8, group_size=4),  # type: ignore[arg-type]
+        trainer=TrainerSettings(
+            backend=backend,  # type: ignore[arg-type]
+            base_model=base_model,
+            tokenizer_path=tokenizer_path,
+            num_steps=steps,
+            batch_size=8,
+            group_size=4,
+        ),
     )
     config.dump(run_dir / "run.yaml")
     return config

@@ -1,0 +1,267 @@
+"""Evaluating a run's saved checkpoint against its base (and other models) on the held-out items
+of the run's environment: checking the request, starting the detached worker, reading and
+waiting for its result. No MCP types here: the adapter is `mcp_rl.server.evaluation_tools`.
+
+Everything is checked before anything is written or started: the run and step (the answer
+lists the saved steps), that a checkpoint exists, that the environment has held-out items, and
+that every model to compare with exists (a run checkpoint on disk; an OpenRouter id in the
+provider's model list). The checkpoint is read from disk, so a run that is still training can
+be evaluated: only weights already saved are used.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+from mcp_rl.errors import NotFound, UserError
+from mcp_rl.evaluation.checkpoint_models import (
+    EVAL_ID_RE,
+    RESULT_FILE,
+    SPEC_FILE,
+    WORKER_FILE,
+    WORKER_LOG,
+    CheckpointInfo,
+    EvalModel,
+    EvalSpec,
+    EvaluationResult,
+    ModelRole,
+)
+from mcp_rl.evaluation.checkpoints import CheckpointRef, is_run_ref, load_run, resolve_checkpoint, resolve_ref
+from mcp_rl.evaluation.heldout import held_out_set
+from mcp_rl.evaluation.worker import initial_result
+from mcp_rl.inference_test.models import model_slug
+from mcp_rl.models import resolve_model
+from mcp_rl.processes import identify, is_alive, marker_for, spawn
+from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.settings import Settings
+
+EVALUATIONS_DIR = "evaluations"
+MAX_COMPARE = 4
+# The environments whose held-out items mcp_rl.evaluation.heldout makes (it raises
+# NoHeldOutItems for any other name before importing anything: asked here at once).
+ITEM_ENVIRONMENTS = ("arithmetic", "gsm8k")
+
+ProgressCallback = Callable[[float, float, str], Awaitable[None]]
+
+
+def evaluations_dir(settings: Settings) -> Path:
+    return settings.home / EVALUATIONS_DIR
+
+
+def _slug(model_id: str) -> str:
+    return model_slug(model_id)  # the same rule as the smoke tests' model folders
+
+
+def _checkpoint_model(settings: Settings, ref: CheckpointRef, role: ModelRole) -> EvalModel:
+    if ref.backend == "local":
+        base = str(resolve_model(settings, ref.base_model))
+        return EvalModel(
+            id=ref.model_id, role=role, kind="local", slug=_slug(ref.model_id), base_model=base, weights=ref.weights
+        )
+    return EvalModel(
+        id=ref.model_id,
+        role=role,
+        kind="tinker",
+        slug=_slug(ref.model_id),
+        base_model=ref.base_model,
+        weights=ref.weights,
+        tokenizer=_tinker_tokenizer(settings, ref),
+    )
+
+
+def _tinker_tokenizer(settings: Settings, ref: CheckpointRef) -> str | None:
+    config = load_run(settings, ref.run_id)
+    path = config.trainer.tokenizer_path or (str(settings.tokenizer_path) if settings.tokenizer_path else None)
+    return path
+
+
+def _base_model(settings: Settings, ref: CheckpointRef) -> EvalModel:
+    if ref.backend == "local":
+        base = str(resolve_model(settings, ref.base_model))
+        model_id = f"base:{Path(base).name}"
+        return EvalModel(id=model_id, role="base", kind="local", slug=_slug(model_id), base_model=base)
+    model_id = f"base:{ref.base_model}"
+    return EvalModel(
+        id=model_id,
+        role="base",
+        kind="tinker",
+        slug=_slug(model_id),
+        base_model=ref.base_model,
+        tokenizer=_tinker_tokenizer(settings, ref),
+    )
+
+
+def _others(settings: Settings, ref: CheckpointRef, compare_with: list[str] | None) -> list[EvalModel]:
+    ids: list[str] = []
+    for raw in compare_with or []:
+        model_id = raw.strip()
+        if not model_id:
+            raise UserError("compare_with holds an empty id. Give OpenRouter ids or run:<run_id>[@<step>].")
+        if model_id not in ids:
+            ids.append(model_id)
+    if len(ids) > MAX_COMPARE:
+        raise UserError(f"At most {MAX_COMPARE} models in compare_with (got {len(ids)}).")
+    models: list[EvalModel] = []
+    remote: list[str] = []
+    for model_id in ids:
+        if is_run_ref(model_id):
+            other = resolve_ref(settings, model_id)
+            if other.model_id == ref.model_id:
+                raise UserError(f"{model_id} is the checkpoint being evaluated; compare it with another one.")
+            models.append(_checkpoint_model(settings, other, "other"))
+        else:
+            remote.append(model_id)
+            models.append(EvalModel(id=model_id, role="other", kind="openrouter", slug=_slug(model_id)))
+    if remote:
+        _check_openrouter(settings, remote)
+    slugs: set[str] = set()
+    for i, m in enumerate(models):
+        slug, n = m.slug, 2
+        while slug in slugs:
+            slug, n = f"{m.slug}-{n}", n + 1
+        slugs.add(slug)
+        models[i] = m.model_copy(update={"slug": slug})
+    return models
+
+
+def _check_openrouter(settings: Settings, ids: list[str]) -> None:
+    """Unknown OpenRouter ids and a refused key are bad input, said before anything starts."""
+    key = settings.openrouter_api_key
+    if key is None:
+        raise UserError(
+            f"{', '.join(ids)}: OpenRouter models need OPENROUTER_API_KEY in the server's environment. "
+            "Compare with a run's checkpoint (run:<run_id>[@<step>]) instead, or set the key."
+        )
+    # the smoke tests' free checks (GET /models, GET /key); httpx only when asked
+    from mcp_rl.inference_test.gateway import preflight
+
+    checked = preflight(settings.openrouter_base_url, key.get_secret_value(), ids)
+    if checked.causes:
+        raise UserError(" ".join(f"{m}: {cause}" for m, cause in checked.causes.items()))
+
+
+def plan(
+    settings: Settings, run_id: str, step: int | None, compare_with: list[str] | None
+) -> tuple[EvalSpec, CheckpointInfo]:
+    """The evaluation asked for, checked (raises UserError/NotFound; nothing is written)."""
+    ref = resolve_checkpoint(settings, run_id, step)
+    config = load_run(settings, run_id)
+    name = config.environment.name
+    if name not in ITEM_ENVIRONMENTS:
+        held_out_set(name, {})  # raises NoHeldOutItems, saying why, for every other environment
+    if ref.backend == "tinker" and settings.tinker_api_key is None:
+        raise UserError(
+            f"Run {run_id} trained on Tinker: evaluating its checkpoint needs TINKER_API_KEY in the server's environment."
+        )
+    models = [
+        _checkpoint_model(settings, ref, "trained"),
+        _base_model(settings, ref),
+        *_others(settings, ref, compare_with),
+    ]
+    eval_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    spec = EvalSpec(
+        eval_id=eval_id,
+        created_at=time.time(),
+        run_id=run_id,
+        step=ref.step,
+        environment=config.environment,
+        env_config=dict(config.env),
+        models=models,
+        openrouter_base_url=settings.openrouter_base_url,
+    )
+    info = CheckpointInfo(
+        model=ref.model_id,
+        weights=ref.weights,
+        backend=ref.backend,
+        base_model=ref.base_model,
+        final=ref.final,
+        tinker_openai_model=ref.weights if ref.backend == "tinker" else None,
+    )
+    return spec, info
+
+
+def start_evaluation(
+    settings: Settings, run_id: str, step: int | None = None, compare_with: list[str] | None = None
+) -> EvaluationResult:
+    """Check the request, write the spec and start the detached worker; returns at once."""
+    spec, info = plan(settings, run_id, step, compare_with)
+    folder = evaluations_dir(settings) / spec.eval_id
+    folder.mkdir(parents=True, mode=0o700)
+    spec_text = spec.model_dump_json(indent=1)
+    write_text_atomic(folder / SPEC_FILE, spec_text)
+    result = initial_result(spec, info, 0, "held-out items of the run's environment (counted once loaded)")
+    write_text_atomic(folder / RESULT_FILE, result.model_dump_json(indent=1))
+    argv = [sys.executable, "-m", "mcp_rl.evaluation.worker", "--dir", str(folder)]
+    proc = spawn(argv, folder / WORKER_LOG, settings.child_env(), cwd=folder, marker=marker_for("eval", folder))
+    # Reap it when it ends, so a long-lived server collects no zombies; it is not waited for.
+    threading.Thread(target=proc.wait, name=f"reap-eval-{spec.eval_id}", daemon=True).start()
+    ident = identify(proc.pid)
+    record = {
+        "pid": proc.pid,
+        "pgid": ident.pgid if ident else proc.pid,
+        "create_time": ident.create_time if ident else 0.0,
+        "marker": marker_for("eval", folder),
+        "started_at": time.time(),
+    }
+    write_text_atomic(folder / WORKER_FILE, json.dumps(record))
+    return result
+
+
+def eval_folder(settings: Settings, eval_id: str) -> Path:
+    path = evaluations_dir(settings) / eval_id
+    if not EVAL_ID_RE.match(eval_id or "") or not (path / SPEC_FILE).is_file():
+        raise NotFound(
+            f"Unknown eval_id {eval_id!r}. rl_evaluate_checkpoint returns it; evaluations are kept in {evaluations_dir(settings)}."
+        )
+    return path
+
+
+def _worker_alive(folder: Path) -> bool:
+    try:
+        record = json.loads((folder / WORKER_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return True  # written right after the spawn: a reader may be a few milliseconds early
+    return is_alive(record.get("pid"), record.get("create_time") or None)
+
+
+def read_evaluation(settings: Settings, eval_id: str) -> EvaluationResult:
+    """The latest result (read-only). A running evaluation whose worker died reads as failed."""
+    folder = eval_folder(settings, eval_id)
+    result = EvaluationResult.model_validate_json((folder / RESULT_FILE).read_text(encoding="utf-8"))
+    if result.state != "running" or _worker_alive(folder):
+        return result
+    result = EvaluationResult.model_validate_json((folder / RESULT_FILE).read_text(encoding="utf-8"))
+    if result.state != "running":
+        return result
+    return result.model_copy(
+        update={
+            "state": "failed",
+            "message": f"The evaluation worker exited before it finished; see {folder / WORKER_LOG}.",
+        }
+    )
+
+
+async def wait_for_evaluation(
+    settings: Settings, eval_id: str, timeout_s: float, progress: ProgressCallback | None = None
+) -> EvaluationResult:
+    """Read the result until it has ended or `timeout_s` passed, reporting answers done."""
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    last = -1
+    while True:
+        result = await anyio.to_thread.run_sync(read_evaluation, settings, eval_id)
+        done = sum(m.done for m in result.models)
+        if progress is not None and done > last:
+            last = done
+            await progress(float(done), float(sum(m.total for m in result.models) or 1), result.message)
+        left = deadline - time.monotonic()
+        if result.state != "running" or left <= 0:
+            return result
+        await anyio.sleep(min(0.5, left))

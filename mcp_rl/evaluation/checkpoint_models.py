@@ -1,0 +1,122 @@
+"""The files of a checkpoint evaluation (rl_evaluate_checkpoint), as pydantic models.
+
+    evaluations/<eval_id>/spec.json        EvalSpec: what to evaluate (written once; no secrets)
+    evaluations/<eval_id>/worker.json      the detached worker's pid, start time (and marker)
+    evaluations/<eval_id>/result.json      EvaluationResult: rewritten atomically as it progresses
+    evaluations/<eval_id>/outcomes/<slug>.jsonl   per-item outcomes of one model (item, score, completion)
+    evaluations/<eval_id>/worker.log
+
+Stdlib and pydantic only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from mcp_rl.evaluation.stats import PairedComparison
+from mcp_rl.runconfig import EnvironmentRef
+
+SPEC_FILE = "spec.json"
+WORKER_FILE = "worker.json"
+RESULT_FILE = "result.json"
+WORKER_LOG = "worker.log"
+OUTCOMES_DIR = "outcomes"
+EVAL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+ModelKind = Literal["local", "tinker", "openrouter"]
+ModelRole = Literal["trained", "base", "other"]
+ModelState = Literal["pending", "running", "done", "failed"]
+EvalState = Literal["running", "completed", "failed", "cancelled"]
+
+
+class EvalModel(BaseModel):
+    """One model of an evaluation and how the worker samples it."""
+
+    id: str = Field(description="run:<run_id>@<step>, 'base:<base model>', or an OpenRouter id.")
+    role: ModelRole
+    kind: ModelKind
+    slug: str
+    base_model: str | None = Field(default=None, description="Local folder or Tinker base model name.")
+    weights: str | None = Field(
+        default=None, description="Local: the LoRA adapter folder; Tinker: the checkpoint's sampler path."
+    )
+    tokenizer: str | None = Field(default=None, description="A local tokenizer folder (Tinker models).")
+
+
+class EvalSpec(BaseModel):
+    eval_id: str
+    created_at: float
+    run_id: str
+    step: int
+    environment: EnvironmentRef
+    env_config: dict[str, object]
+    models: list[EvalModel]
+    samples_per_comparison: int = 3
+    openrouter_base_url: str
+
+
+class ModelProgress(BaseModel):
+    model: str
+    role: ModelRole
+    state: ModelState = "pending"
+    done: int = Field(default=0, description="Items answered so far.")
+    total: int = 0
+    score: float | None = Field(default=None, description="Mean score over the held-out items (when done).")
+    seconds: float | None = None
+    error: str | None = None
+    outcomes_file: str | None = None
+
+
+class SamplePair(BaseModel):
+    item: str
+    answer: str
+    trained_completion: str
+    trained_score: float
+    other_completion: str
+    other_score: float
+
+
+class Comparison(BaseModel):
+    """The trained checkpoint against one other model, item by item."""
+
+    trained: str
+    against: str
+    stats: PairedComparison
+    improved: list[str] = Field(description="Items the trained checkpoint did better on (first 20).")
+    regressed: list[str] = Field(description="Items it did worse on (first 20).")
+    improved_count: int
+    regressed_count: int
+    samples: list[SamplePair] = Field(description="A few items that flipped (both ways), with both completions.")
+
+
+class CheckpointInfo(BaseModel):
+    model: str = Field(description="run:<run_id>@<step>")
+    weights: str = Field(description="Local: the adapter folder; Tinker: the sampler weights' tinker:// path.")
+    backend: Literal["local", "tinker"]
+    base_model: str
+    final: bool
+    tinker_openai_model: str | None = Field(
+        default=None,
+        description="Tinker runs: the model name of this checkpoint on Tinker's OpenAI-compatible endpoint.",
+    )
+
+
+class EvaluationResult(BaseModel):
+    eval_id: str
+    state: EvalState
+    run_id: str
+    step: int
+    environment: str
+    items: int = Field(description="Held-out items every model answers (the same items, paired).")
+    held_out: str = Field(description="What the held-out items are.")
+    checkpoint: CheckpointInfo
+    models: list[ModelProgress]
+    comparisons: list[Comparison] = []
+    started_at: float
+    updated_at: float
+    finished_at: float | None = None
+    elapsed_s: float
+    message: str

@@ -1,0 +1,333 @@
+"""The detached worker of one checkpoint evaluation: `python -m mcp_rl.evaluation.worker --dir DIR`.
+
+It answers the run environment's held-out items with each model in turn (the checkpoint first,
+then its base, then any others), with the environment's evaluation sampling (greedy unless it
+says otherwise), grades them with the environment's own grader, and compares the checkpoint
+with each other model item by item (mcp_rl.evaluation.stats). `result.json` is rewritten
+atomically as items are answered, so a reader always sees a whole, current answer.
+
+How each model is sampled:
+- a local run's checkpoint: base + its saved LoRA adapter, loaded here (merged); its base: the
+  base model alone. One model in memory at a time.
+- a Tinker run's checkpoint: `ServiceClient.create_sampling_client(model_path=<sampler path>)`;
+  its base: `create_sampling_client(base_model=...)`, through the real SDK.
+- an OpenRouter id: its chat completions endpoint (the key stays in this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from mcp_rl.evaluation.checkpoint_models import (
+    OUTCOMES_DIR,
+    RESULT_FILE,
+    SPEC_FILE,
+    CheckpointInfo,
+    Comparison,
+    EvalModel,
+    EvalSpec,
+    EvalState,
+    EvaluationResult,
+    ModelProgress,
+    SamplePair,
+)
+from mcp_rl.evaluation.heldout import HeldOutSet, held_out_set
+from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
+from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.settings import Settings
+
+log = logging.getLogger("mcp_rl.evaluation.worker")
+
+# Items per progress update (a local model decodes them as one batch).
+CHUNK = 32
+OPENROUTER_CONCURRENCY = 8
+FLIPS_LISTED = 20
+TINKER_CREATE_TIMEOUT_S = 300.0
+
+
+class Cancelled(Exception):
+    pass
+
+
+class EvalWorker:
+    def __init__(self, folder: Path, settings: Settings) -> None:
+        self.dir = folder
+        self.settings = settings
+        self.spec = EvalSpec.model_validate_json((folder / SPEC_FILE).read_text(encoding="utf-8"))
+        self.stop = threading.Event()
+        self.result = EvaluationResult.model_validate_json((folder / RESULT_FILE).read_text(encoding="utf-8"))
+        self.outcomes: dict[str, list[ItemOutcome]] = {}
+
+    # -- result ----------------------------------------------------------------------------
+    def write(self, state: EvalState = "running", message: str | None = None) -> None:
+        now = time.time()
+        update: dict[str, Any] = {
+            "state": state,
+            "updated_at": now,
+            "elapsed_s": round(now - self.result.started_at, 2),
+        }
+        if state != "running":
+            update["finished_at"] = now
+        update["message"] = message or self._message(state)
+        self.result = self.result.model_copy(update=update)
+        write_text_atomic(self.dir / RESULT_FILE, self.result.model_dump_json(indent=1))
+
+    def _message(self, state: EvalState) -> str:
+        done = sum(m.done for m in self.result.models)
+        total = sum(m.total for m in self.result.models) or 1
+        if state == "running":
+            return f"Evaluating: {done} of {total} answers ({100 * done / total:.0f} %)."
+        firsts = [c.stats.sentence for c in self.result.comparisons]
+        if state == "completed":
+            return " ".join(firsts) or "Evaluated; no comparison could be made (see models[].error)."
+        return f"The evaluation {state}." + (" " + " ".join(firsts) if firsts else "")
+
+    def _progress(self, index: int, **update: Any) -> None:
+        models = list(self.result.models)
+        models[index] = models[index].model_copy(update=update)
+        self.result = self.result.model_copy(update={"models": models})
+        self.write()
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> EvalState:
+        try:
+            items = held_out_set(self.spec.environment.name, self.spec.env_config)
+            n = len(items.items)
+            models = [m.model_copy(update={"total": n}) for m in self.result.models]
+            self.result = self.result.model_copy(update={"items": n, "held_out": items.description, "models": models})
+            self.write()
+            for index, model in enumerate(self.spec.models):
+                if self.stop.is_set():
+                    raise Cancelled
+                self._evaluate(index, model, items)
+                self._compare(items)
+            state: EvalState = "completed" if self.result.models[0].state == "done" else "failed"
+            self.write(state)
+            return state
+        except Cancelled:
+            self.write("cancelled")
+            return "cancelled"
+        except BaseException as exc:
+            log.exception("evaluation worker crashed")
+            self.write("failed", f"The evaluation worker failed: {type(exc).__name__}: {exc}")
+            raise
+
+    def _evaluate(self, index: int, model: EvalModel, items: HeldOutSet) -> None:
+        began = time.monotonic()
+        self._progress(index, state="running", total=len(items.items))
+        try:
+            texts = self._complete(model, items, lambda done: self._progress(index, done=done))
+        except Cancelled:
+            raise
+        except Exception as exc:
+            log.warning("model %s failed", model.id, exc_info=True)
+            self._progress(index, state="failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        outcomes = [
+            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text)
+            for item, text in zip(items.items, texts, strict=True)
+        ]
+        path = self.dir / OUTCOMES_DIR / f"{model.slug}.jsonl"
+        write_outcomes(path, outcomes)
+        self.outcomes[model.id] = outcomes
+        scores = [o.score for o in outcomes]
+        self._progress(
+            index,
+            state="done",
+            done=len(outcomes),
+            score=sum(scores) / len(scores),
+            seconds=round(time.monotonic() - began, 2),
+            outcomes_file=str(path),
+        )
+
+    def _compare(self, items: HeldOutSet) -> None:
+        trained = self.spec.models[0]
+        mine = self.outcomes.get(trained.id)
+        if mine is None:
+            return
+        answers = {item.id: item.answer for item in items.items}
+        done = {c.against for c in self.result.comparisons}
+        comparisons = list(self.result.comparisons)
+        for other in self.spec.models[1:]:
+            theirs = self.outcomes.get(other.id)
+            if theirs is None or other.id in done:
+                continue
+            stats = paired_comparison(
+                [o.score for o in theirs],
+                [o.score for o in mine],
+                items=f"{self.spec.environment.name} held-out items",
+                base_name=other.id if other.role != "base" else "the base",
+                trained_name=trained.id,
+            )
+            improved = [m.item for m, o in zip(mine, theirs, strict=True) if m.score > o.score]
+            regressed = [m.item for m, o in zip(mine, theirs, strict=True) if m.score < o.score]
+            by_item = {o.item: o for o in theirs}
+            picks = _interleave(improved, regressed)[: self.spec.samples_per_comparison]
+            samples = [
+                SamplePair(
+                    item=m.item,
+                    answer=answers.get(m.item, ""),
+                    trained_completion=m.completion[:600],
+                    trained_score=m.score,
+                    other_completion=by_item[m.item].completion[:600],
+                    other_score=by_item[m.item].score,
+                )
+                for m in mine
+                if m.item in picks
+            ]
+            comparisons.append(
+                Comparison(
+                    trained=trained.id,
+                    against=other.id,
+                    stats=stats,
+                    improved=improved[:FLIPS_LISTED],
+                    regressed=regressed[:FLIPS_LISTED],
+                    improved_count=len(improved),
+                    regressed_count=len(regressed),
+                    samples=samples,
+                )
+            )
+        self.result = self.result.model_copy(update={"comparisons": comparisons})
+        self.write()
+
+    # -- sampling --------------------------------------------------------------------------
+    def _complete(self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]) -> list[str]:
+        if model.kind == "openrouter":
+            return self._complete_openrouter(model, items, progress)
+        sampler = self._local_sampler(model) if model.kind == "local" else self._tinker_sampler(model)
+        try:
+            # the trainer's own evaluation sampling (chat template, greedy, the set's max_tokens)
+            from mcp_rl.evaluation.trainer_eval import sample_completions
+
+            texts: list[str] = []
+            for start in range(0, len(items.items), CHUNK):
+                if self.stop.is_set():
+                    raise Cancelled
+                chunk = items.model_copy(update={"items": items.items[start : start + CHUNK]})
+                texts.extend(sample_completions(sampler, chunk))
+                progress(len(texts))
+            return texts
+        finally:
+            del sampler
+            gc.collect()
+
+    def _local_sampler(self, model: EvalModel) -> Any:
+        # torch and transformers: only this worker loads a local model
+        from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
+
+        configure_torch_threads(self.settings.torch_threads)
+        assert model.base_model is not None
+        adapter = Path(model.weights) if model.weights else None
+        return LocalBackend(Path(model.base_model), train=False, seed=0, adapter_dir=adapter)
+
+    def _tinker_sampler(self, model: EvalModel) -> Any:
+        # the Tinker SDK: only an evaluation of a Tinker run loads it
+        import tinker
+
+        from mcp_rl.trainer.backends.tinker import TinkerBackend, load_tokenizer  # imports the SDK too
+
+        key = self.settings.tinker_api_key
+        if key is None:
+            raise RuntimeError("TINKER_API_KEY is not set in the server's environment")
+        service = tinker.ServiceClient(api_key=key.get_secret_value(), base_url=self.settings.tinker_base_url)
+        assert model.base_model is not None
+        if model.weights:  # the checkpoint's saved sampler weights
+            future = service.create_sampling_client(model_path=model.weights)
+        else:  # the base model the run started from
+            future = service.create_sampling_client(base_model=model.base_model)
+        sampling = future.result(timeout=TINKER_CREATE_TIMEOUT_S)
+        tokenizer = load_tokenizer(model.tokenizer) if model.tokenizer else sampling.get_tokenizer()
+        backend = TinkerBackend(service, base_model=model.base_model, lora_rank=1, tokenizer=tokenizer)
+        backend.sampling = sampling
+        return backend
+
+    def _complete_openrouter(self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]) -> list[str]:
+        # openai: only an evaluation against a remote model needs it
+        import openai
+
+        key = self.settings.openrouter_api_key
+        if key is None:
+            raise RuntimeError("OPENROUTER_API_KEY is not set in the server's environment")
+        client = openai.OpenAI(
+            base_url=self.spec.openrouter_base_url, api_key=key.get_secret_value(), max_retries=3, timeout=120
+        )
+        done = [0]
+        lock = threading.Lock()
+
+        def one(messages: list[dict[str, str]]) -> str:
+            if self.stop.is_set():
+                raise Cancelled
+            response = client.chat.completions.create(
+                model=model.id,
+                messages=messages,  # type: ignore[arg-type]
+                temperature=items.temperature,
+                max_tokens=items.max_tokens,
+            )
+            with lock:
+                done[0] += 1
+            return response.choices[0].message.content or ""
+
+        texts: list[str] = []
+        with ThreadPoolExecutor(OPENROUTER_CONCURRENCY, thread_name_prefix="eval-or") as pool:
+            for start in range(0, len(items.items), CHUNK):
+                texts.extend(pool.map(one, [item.messages for item in items.items[start : start + CHUNK]]))
+                progress(len(texts))
+        return texts
+
+
+def _interleave(a: list[str], b: list[str]) -> list[str]:
+    out: list[str] = []
+    for i in range(max(len(a), len(b))):
+        out.extend(x[i] for x in (a, b) if i < len(x))
+    return out
+
+
+def initial_result(spec: EvalSpec, checkpoint: CheckpointInfo, n_items: int, held_out: str) -> EvaluationResult:
+    now = time.time()
+    return EvaluationResult(
+        eval_id=spec.eval_id,
+        state="running",
+        run_id=spec.run_id,
+        step=spec.step,
+        environment=spec.environment.name,
+        items=n_items,
+        held_out=held_out,
+        checkpoint=checkpoint,
+        models=[ModelProgress(model=m.id, role=m.role, total=n_items) for m in spec.models],
+        started_at=now,
+        updated_at=now,
+        elapsed_s=0.0,
+        message="Starting: the models are loaded one at a time.",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mcp_rl.evaluation.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker = EvalWorker(args.dir.resolve(), Settings.from_env())
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s: cancelling the evaluation", signum)
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    state = worker.run()
+    return 0 if state == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
