@@ -81,3 +81,22 @@ def test_bad_references_say_what_exists_and_change_nothing(
 def test_parse() -> None:
     assert parse_run_ref("run:abc") == ("abc", None)
     assert parse_run_ref(" run:a-b_c@12 ") == ("a-b_c", 12)
+
+
+def test_serve_model_refuses_bad_input_and_starts_nothing(
+    home: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mcp_rl import cli
+
+    monkeypatch.setenv("MCP_RL_HOME", str(home))
+    config = write_run_file(settings, "r1", base_model="/m")
+    _fake_adapter(config.paths.checkpoints_dir / "s2" / "adapter")
+    record_checkpoint(config, 2, "sampler", str(config.paths.checkpoints_dir / "s2" / "adapter"))
+    before = _snapshot(home)
+    assert cli.main(["serve-model", "nope"]) == 2
+    assert "Unknown run 'nope'" in capsys.readouterr().err
+    assert cli.main(["serve-model", "r1", "--step", "3"]) == 2
+    assert "Saved steps: 2." in capsys.readouterr().err
+    assert cli.main(["serve-model", "--stop", "r1-2-ffff"]) == 2
+    assert "Unknown served model" in capsys.readouterr().err
+    assert _snapshot(home) == before
