@@ -7,7 +7,9 @@
     mcp-rl runs list|status|logs|stop ...
     mcp-rl serve-model RUN_ID [--step N] [--detach] | --list | --stop SERVE_ID
 
-This module only parses arguments and dispatches; the work lives in the modules it names.
+This module only parses arguments and dispatches; the work lives in the modules it names, each
+imported by the command that uses it (`serve` must not pay for the demo's MCP client, the doctor,
+the runs CLI or the HTTP stack: start-up is what a host waits for).
 """
 
 from __future__ import annotations
@@ -16,20 +18,24 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
-from mcp_rl import __version__, runs_cli
-from mcp_rl.demo import DemoOptions, run_demo
-from mcp_rl.doctor import render, run_checks
+from mcp_rl import __version__
 from mcp_rl.errors import McpRlError, NotFound
-from mcp_rl.http_serve import serve_http
-from mcp_rl.server import build_server
-from mcp_rl.settings import Settings
+
+if TYPE_CHECKING:
+    from mcp_rl.settings import Settings
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from mcp_rl.server import build_server  # each command imports what it uses (see above)
+    from mcp_rl.settings import Settings
+
     if args.transport == "stdio":
         build_server().run()
         return 0
+    from mcp_rl.http_serve import serve_http  # the HTTP stack: only for --transport http
+
     settings = Settings.from_env()
     if args.allow_host:  # on top of MCP_RL_ALLOWED_HOSTS
         settings = settings.model_copy(update={"http_allowed_hosts": [*settings.http_allowed_hosts, *args.allow_host]})
@@ -38,12 +44,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from mcp_rl.doctor import render, run_checks  # each command imports what it uses
+
     report = run_checks(os.environ, offline=args.offline, http_port=args.port)
     print(report.model_dump_json(indent=2) if args.json else render(report))
     return 1 if report.failed else 0
 
 
 def _runs(args: argparse.Namespace) -> int:
+    from mcp_rl import runs_cli  # each command imports what it uses
+    from mcp_rl.settings import Settings
+
     settings = Settings.from_env()
     try:
         return _runs_command(args, settings, runs_cli)
@@ -51,7 +62,7 @@ def _runs(args: argparse.Namespace) -> int:
         raise NotFound(f"{exc} From a shell: `mcp-rl runs list` (state directory {settings.home}).") from exc
 
 
-def _runs_command(args: argparse.Namespace, settings, runs_cli) -> int:
+def _runs_command(args: argparse.Namespace, settings: Settings, runs_cli: Any) -> int:
     if args.runs_command == "list":
         return runs_cli.cmd_list(settings, args.json)
     if args.runs_command == "status":
@@ -64,11 +75,14 @@ def _runs_command(args: argparse.Namespace, settings, runs_cli) -> int:
 def _serve_model(args: argparse.Namespace) -> int:
     # only this command needs the serving code (model resolution, ports, process records)
     from mcp_rl.serve_cli import cmd_serve
+    from mcp_rl.settings import Settings
 
     return cmd_serve(Settings.from_env(), args)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from mcp_rl.demo import DemoOptions, run_demo  # the MCP client stack: only for the demo
+
     return run_demo(DemoOptions(home=args.home, steps=args.steps))
 
 
