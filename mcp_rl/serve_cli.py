@@ -18,11 +18,8 @@ from typing import Any
 
 from mcp_rl.errors import UserError
 from mcp_rl.evaluation import serving
-from mcp_rl.evaluation.checkpoints import resolve_checkpoint
+from mcp_rl.evaluation.checkpoints import TINKER_OPENAI_BASE_URL, resolve_checkpoint
 from mcp_rl.settings import Settings
-
-# Tinker's OpenAI-compatible inference (https://tinker-docs.thinkingmachines.ai/compatible-apis/openai).
-TINKER_OPENAI_BASE_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod/oai/api/v1"
 
 
 def cmd_serve(settings: Settings, args: Any) -> int:

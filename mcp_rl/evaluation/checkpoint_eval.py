@@ -34,7 +34,14 @@ from mcp_rl.evaluation.checkpoint_models import (
     EvaluationResult,
     ModelRole,
 )
-from mcp_rl.evaluation.checkpoints import CheckpointRef, is_run_ref, load_run, resolve_checkpoint, resolve_ref
+from mcp_rl.evaluation.checkpoints import (
+    TINKER_OPENAI_BASE_URL,
+    CheckpointRef,
+    is_run_ref,
+    load_run,
+    resolve_checkpoint,
+    resolve_ref,
+)
 from mcp_rl.evaluation.heldout import held_out_set
 from mcp_rl.evaluation.worker import initial_result
 from mcp_rl.inference_test.models import model_slug
@@ -184,6 +191,7 @@ def plan(
         base_model=ref.base_model,
         final=ref.final,
         tinker_openai_model=ref.weights if ref.backend == "tinker" else None,
+        tinker_openai_base_url=TINKER_OPENAI_BASE_URL if ref.backend == "tinker" else None,
     )
     return spec, info
 

@@ -102,6 +102,9 @@ class CheckpointInfo(BaseModel):
         default=None,
         description="Tinker runs: the model name of this checkpoint on Tinker's OpenAI-compatible endpoint.",
     )
+    tinker_openai_base_url: str | None = Field(
+        default=None, description="Tinker runs: that endpoint (any OpenAI client, with your TINKER_API_KEY)."
+    )
 
 
 class EvaluationResult(BaseModel):

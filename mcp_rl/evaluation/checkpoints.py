@@ -21,6 +21,9 @@ from mcp_rl.rundir import CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_i
 from mcp_rl.settings import Settings
 
 RUN_PREFIX = "run:"
+# Tinker's OpenAI-compatible inference: a checkpoint's sampler path is the model name there
+# (https://tinker-docs.thinkingmachines.ai/compatible-apis/openai).
+TINKER_OPENAI_BASE_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod/oai/api/v1"
 # run:<run_id> or run:<run_id>@<step>
 _REF = re.compile(r"^run:(?P<run>[A-Za-z0-9_-]{1,64})(?:@(?P<step>\d{1,9}))?$")
 # The adapter folder inside a local state checkpoint (mcp_rl.trainer.backends.local.ADAPTER_DIR).

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.evaluation import checkpoint_eval
+from mcp_rl.evaluation.checkpoints import TINKER_OPENAI_BASE_URL
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
 from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
@@ -58,6 +59,7 @@ def test_tinker_checkpoint_against_its_base(home: Path, tmp_path: Path, monkeypa
     assert samples >= 2 * result.items >= 400
     assert result.checkpoint.backend == "tinker"
     assert result.checkpoint.weights == path and result.checkpoint.tinker_openai_model == path
+    assert result.checkpoint.tinker_openai_base_url == TINKER_OPENAI_BASE_URL
     assert [m.model for m in result.models] == ["run:t1@3", f"base:{BASE}"]
     assert all(m.state == "done" and m.done == result.items for m in result.models)
     (comparison,) = result.comparisons
