@@ -47,6 +47,7 @@ from mcp_rl.trainer.backends.base import (
 )
 from mcp_rl.trainer.batcher import BatchingSampler, BatchSampling, batching_sampler
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+from mcp_rl.trainer.policy_lag import DEFAULT_MAX_LAG, PolicyVersions, TaggingSampler
 from mcp_rl.trainer.retention import prune
 from mcp_rl.trainer.status import RunRecorder, last_state
 from mcp_rl.trainer.step_data import Notices, prepare_step
@@ -134,6 +135,8 @@ class Trainer:
         # Held-out evaluation before the first step, every eval_every steps and after the last.
         self.evaluator = HeldOutEvaluator(config)
         self._notices = Notices()
+        # Which step's weights sampled each completion (the policy-lag metric and bound).
+        self.versions = PolicyVersions()
 
     # --- lifecycle --------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -274,7 +277,7 @@ class Trainer:
         if not self.backend.remote and isinstance(self.backend, BatchSampling):
             self.batcher = sampler = batching_sampler(self.backend, self.settings)
             concurrency = self.batcher.max_requests
-        service = InferenceService(sampler, ready=self.ready)
+        service = InferenceService(TaggingSampler(sampler, self.versions), ready=self.ready)
         app = build_app(
             service,
             extra_health=lambda: {"trainer_step": self.recorder.status.step, "phase": self.recorder.status.phase},
@@ -317,6 +320,7 @@ class Trainer:
         adam = AdamParams(
             learning_rate=self.t.learning_rate, beta1=self.t.adam_beta1, beta2=self.t.adam_beta2, eps=self.t.adam_eps
         )
+        self.versions.current = start_step
         for step in range(start_step + 1, self.t.num_steps + 1):
             if self.stop.is_set():
                 return False
@@ -382,6 +386,10 @@ class Trainer:
             normalization=self.t.advantage_normalization,
             notices=self._notices,
             environment=f"environment {self.config.environment.name!r}",
+            lags=self.versions.lags(batch, step),
+            # Tinker: at most one step behind (its importance ratio is unclipped); a local run's
+            # queue already holds at most one batch.
+            max_lag=DEFAULT_MAX_LAG if self.backend.remote else None,
         )
         stats = prepared.stats
         if prepared.trained:
@@ -390,6 +398,7 @@ class Trainer:
             # Nothing can move the weights (every advantage is 0): no forward/backward, no Adam
             # step (its momentum would still move them), the sampler's weights stay current.
             result, sampler_path = ForwardBackwardResult(loss=0.0, training_logprobs=[]), None
+        self.versions.current = step  # the sampler now serves this step's weights
         if sampler_path is not None:
             self.recorder.checkpoint(step, "sampler", sampler_path)
             self._recorded_sampler = (step, sampler_path)

@@ -21,6 +21,7 @@ from mcp_rl.trainer.advantages import (
     unsupported_fields,
 )
 from mcp_rl.trainer.backends.base import TrainingExample
+from mcp_rl.trainer.policy_lag import lag_metrics
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,11 @@ def prepare_step(
     normalization: str,
     notices: Notices,
     environment: str = "the environment",
+    lags: list[int | None] | None = None,
+    max_lag: int | None = None,
 ) -> PreparedStep:
+    """`lags`: per sequence, how many steps behind its sampler was (policy_lag); sequences more
+    than `max_lag` behind are not trained (None: no bound)."""
     for group in batch:
         temperature = sampling_temperature(group)
         if temperature != 1.0:
@@ -73,8 +78,11 @@ def prepare_step(
         examples, stats = build_examples(batch, max_length=max_length, normalization=normalization)
     except ValueError as exc:
         raise RefusedBatch(f"{environment} sent a batch the trainer cannot use: {exc}") from exc
-    selection = select_trained(examples)
+    lags = lags if lags is not None and len(lags) == len(examples) else [None] * len(examples)
+    fresh = [e for e, lag in zip(examples, lags, strict=True) if max_lag is None or lag is None or lag <= max_lag]
+    selection = select_trained(fresh)
     metrics = {
+        **lag_metrics(lags, len(examples) - len(fresh)),
         "batch/zeroed_sequences": float(stats.zeroed_sequences),
         "batch/trained_sequences": float(len(selection.examples)),
         "batch/skipped_zero_advantage": float(selection.zero_advantage),

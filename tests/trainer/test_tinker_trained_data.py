@@ -70,8 +70,72 @@ async def test_tinker_gets_no_zero_advantage_datum_and_no_overridden_sequence(
     # Step 1: an all-equal group and an overridden one -> 1 datum; step 2: the same -> 1 datum,
     # while the all-equal group [0, 0] of step 2 is skipped entirely.
     assert len(datums) == 2
-    lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
+    # Training lines only (held-out evaluations add lines of their own).
+    lines = [m for m in map(json.loads, config.paths.metrics.read_text().splitlines()) if "batch/sequences" in m]
     assert [m["batch/zeroed_sequences"] for m in lines] == [1, 1]
     assert [m["batch/skipped_zero_advantage"] for m in lines] == [3, 3]
     assert [m["batch/trained_sequences"] for m in lines] == [1, 1]
     assert [m["batch/sequences"] for m in lines] == [4, 4]
+
+
+async def _sampled_group(http: httpx.AsyncClient, inference_url: str, prompt: list[int]) -> dict:
+    """A group of two completions sampled now by the trainer's own inference server (as an
+    environment's rollout would be), scored 1 and 0."""
+    tokens, masks, lps = [], [], []
+    for seed in (1, 2):
+        body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 3, "seed": seed}, "return_logprob": True}
+        out = (await http.post(f"{inference_url}/generate", json=body, timeout=30)).json()
+        ids = out["output_ids"]
+        tokens.append(prompt + ids)
+        masks.append([-100] * len(prompt) + ids)
+        lps.append([1.0] * len(prompt) + [e[0] for e in out["meta_info"]["output_token_logprobs"]])
+    return {"tokens": tokens, "masks": masks, "scores": [1.0, 0.0], "inference_logprobs": lps}
+
+
+async def _wait_step(status_path: Path, step: int, task: asyncio.Task) -> None:
+    for _ in range(600):
+        if task.done():
+            raise AssertionError(f"trainer ended early with {task.result()}")
+        if status_path.exists() and json.loads(status_path.read_text()).get("step", 0) >= step:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"step {step} not reached in 60 s")
+
+
+@pytest.mark.anyio
+async def test_tinker_trains_nothing_more_than_one_step_behind_and_reports_the_lag(
+    tmp_path: Path, tokenizer_dir: str
+) -> None:
+    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=3, batch_size=2, group_size=2, run_id="lag")
+    api_url = f"http://127.0.0.1:{config.ports.api}"
+    inference_url = f"http://127.0.0.1:{config.ports.inference}"
+    api = start(
+        "api",
+        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
+        tmp_path / "api.log",
+        child_env(tmp_path),
+        tmp_path,
+    )
+    try:
+        with serve(tokenizer_dir) as server:
+            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
+            task = asyncio.create_task(trainer.run())
+            await _wait_registered(api_url, task)
+            async with httpx.AsyncClient() as http:
+                # Three groups sampled by the initial weights, trained at steps 1, 2 and 3.
+                groups = [await _sampled_group(http, inference_url, [11, 12, 13, k]) for k in (20, 21, 22)]
+                for step, group in enumerate(groups, start=1):
+                    (await http.post(f"{api_url}/scored_data", json=group)).raise_for_status()
+                    await _wait_step(config.paths.trainer_status, step, task)
+            assert await asyncio.wait_for(task, 120) == 0
+            wire = server.wire
+    finally:
+        api.stop()
+    # Training lines only (held-out evaluations add lines of their own).
+    lines = [m for m in map(json.loads, config.paths.metrics.read_text().splitlines()) if "batch/sequences" in m]
+    assert [m["policy_lag/max"] for m in lines] == [0, 1, 2]
+    assert [m["policy_lag/stale_sequences"] for m in lines] == [0, 0, 2]
+    assert [m["batch/trained_sequences"] for m in lines] == [2, 2, 0]
+    # Two steps reached the wire; the group two steps old was not trained (nor billed).
+    assert len(wire.forward_backward) == 2
