@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 from pydantic import create_model
 
+from mcp_rl.environments import score_guard
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.loader import load_env_class
 
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(missing_dependency(exc.name, env_file, project_root).sentence(env_file.stem), file=sys.stderr)
         return 2
     _guard_config_init(cls, _yaml_env(env_args))
+    # A NaN score would stall the run at the API with no cause given: refused here, in words.
+    score_guard.install(cls, f"{env_file.name}:{ns.class_name}")
     if start_when is not None:
         _prewarm(env_args)
     if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):
