@@ -83,7 +83,7 @@ def test_setup_creates_one_lora_model_and_samples_from_ephemeral_weights(tokeniz
         assert len(seqs) == 3 and all(len(s.tokens) == len(s.logprobs) for s in seqs)
         sent = wire.samples[0]
         assert sent["num_samples"] == 3 and sent["params"]["max_tokens"] == 5
-        assert sent["params"]["temperature"] == 0.7 and sent["params"]["stop"] == ["\n"]
+        assert sent["params"]["temperature"] == 0.7 and sent["params"]["stop"] == ["\n", "<eos>"]  # EOS kept
         backend.close("success")
         assert wire.unauthorized == 0
         assert [s["finished"] for s in wire.sessions.values()] == ["success"]

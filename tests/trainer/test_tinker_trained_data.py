@@ -139,3 +139,17 @@ async def test_tinker_trains_nothing_more_than_one_step_behind_and_reports_the_l
     assert [m["batch/trained_sequences"] for m in lines] == [2, 2, 0]
     # Two steps reached the wire; the group two steps old was not trained (nor billed).
     assert len(wire.forward_backward) == 2
+
+
+def test_stop_strings_and_stop_ids_keep_eos_on_the_wire(tokenizer_dir: str) -> None:
+    from mcp_rl.trainer.backends.base import SamplingRequest
+
+    with serve(tokenizer_dir) as server:
+        backend = make_backend(server)
+        backend.prepare()
+        backend.sample(SamplingRequest(prompt_tokens=[3, 4], stop=["}"]))
+        backend.sample(SamplingRequest(prompt_tokens=[3, 4], stop_token_ids=[7]))
+        backend.sample(SamplingRequest(prompt_tokens=[3, 4]))
+        stops = [s["params"].get("stop") for s in server.wire.samples]
+    # A given stop list replaces Tinker's implicit EOS stop: the tokenizer's EOS is added back.
+    assert stops == [["}", "<eos>"], [7, 1], None]

@@ -216,11 +216,7 @@ class TinkerBackend(TrainingBackend):
     # --- sampling ---------------------------------------------------------------------------
     def sample(self, request: SamplingRequest) -> list[SampledSequence]:
         types = self._types
-        stop: list[str] | list[int] | None = None
-        if request.stop:
-            stop = list(request.stop)
-        elif request.stop_token_ids:
-            stop = list(request.stop_token_ids)
+        stop = self._stops(request)
         params = types.SamplingParams(
             max_tokens=request.max_tokens,
             temperature=request.temperature,
@@ -250,6 +246,20 @@ class TinkerBackend(TrainingBackend):
                 )
             )
         return out
+
+    def _stops(self, request: SamplingRequest) -> list[str] | list[int] | None:
+        """Tinker's `stop`: None keeps its implicit EOS stop, but a given list replaces it, so the
+        end-of-sequence token (as text with stop strings, as an id with stop ids) is added back:
+        stop strings must not make a sample run on past EOS to max_tokens."""
+        eos_id = getattr(self.tokenizer, "eos_token_id", None)
+        eos_text = getattr(self.tokenizer, "eos_token", None)
+        if request.stop:
+            texts = list(request.stop)
+            return texts + [eos_text] if isinstance(eos_text, str) and eos_text and eos_text not in texts else texts
+        if request.stop_token_ids:
+            ids = list(request.stop_token_ids)
+            return ids + [eos_id] if isinstance(eos_id, int) and eos_id not in ids else ids
+        return None
 
     # --- training ---------------------------------------------------------------------------
     def datum(self, example: TrainingExample, logprobs: list[float] | None = None) -> Any:
