@@ -87,3 +87,12 @@ async def test_evaluation_plays_exactly_its_episodes(tinker_policy: tuple[str, A
     await env.evaluate()
     assert len(wire.samples) - before == 5  # one-turn episodes: one request each, not a round of 64
     assert env._eval_metrics["eval/turns_per_episode"] == 1.0
+
+
+async def test_a_resumed_gem_env_plays_new_episodes(tinker_policy: tuple[str, Any], tiny_tokenizer: str) -> None:
+    url, _ = tinker_policy
+    env = tinker_profile_env(url, tiny_tokenizer, batch_size=16, seed=100)
+    env.curr_step = 3  # what Atropos sets from the trainer's starting_step on registration
+    await env.get_next_item()
+    # 3 steps trained at most 48 transitions, so at most 48 episodes: seeds 100..147 are behind it.
+    assert env._next_seed == 148

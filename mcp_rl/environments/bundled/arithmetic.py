@@ -27,7 +27,7 @@ from atroposlib.envs.base import (
 from pydantic import Field, model_validator
 
 from mcp_rl.models import default_model_dir
-from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
+from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB, groups_already_trained
 from mcp_rl.settings import Settings
 
 SYSTEM_PROMPT = "You are a calculator. Reply with only the result."
@@ -244,6 +244,11 @@ class ArithmeticEnv(BaseEnv):
 
     # --- items ------------------------------------------------------------------------------
     async def get_next_item(self) -> dict[str, Any]:
+        if not getattr(self, "_resume_skipped", False):
+            # A resumed run continues its data order: the items its trained steps used are skipped.
+            self._resume_skipped = True
+            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
+                await self.get_next_item()
         if not self._order:
             self._order = list(range(len(self.train_problems)))
             self._rng.shuffle(self._order)

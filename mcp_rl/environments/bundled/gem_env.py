@@ -380,6 +380,10 @@ class GemEnv(BaseEnv):
     async def get_next_item(self) -> int:
         """Items only number the groups: a group plays as many episodes as it needs, each with
         the next unused seed (`seed`, `seed + 1`, ...), so no two episodes of a run repeat."""
+        if self._groups_started == 0 and self.curr_step > 0:
+            # A resumed run plays new episodes: at most one episode per trained transition was
+            # played before, so seeds from there on were never used.
+            self._next_seed = max(self._next_seed, self.config.seed + self.curr_step * max(self.config.batch_size, 0))
         self._groups_started += 1
         return self._groups_started
 
