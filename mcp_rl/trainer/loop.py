@@ -390,6 +390,7 @@ class Trainer:
             # Tinker: at most one step behind (its importance ratio is unclipped); a local run's
             # queue already holds at most one batch.
             max_lag=DEFAULT_MAX_LAG if self.backend.remote else None,
+            mixed_groups_only=bool(self.config.env.get("ensure_scores_are_not_same", False)),
         )
         stats = prepared.stats
         if prepared.trained:

@@ -59,6 +59,7 @@ def prepare_step(
     environment: str = "the environment",
     lags: list[int | None] | None = None,
     max_lag: int | None = None,
+    mixed_groups_only: bool = False,
 ) -> PreparedStep:
     """`lags`: per sequence, how many steps behind its sampler was (policy_lag); sequences more
     than `max_lag` behind are not trained (None: no bound)."""
@@ -88,6 +89,10 @@ def prepare_step(
         "batch/skipped_zero_advantage": float(selection.zero_advantage),
         "batch/skipped_no_trained_token": float(selection.no_trained_token),
     }
+    # What reward/mean covers: an environment that drops all-equal groups before sending
+    # (Atropos' ensure_scores_are_not_same, gsm8k's default) only lets mixed groups through, so
+    # reward/mean leans toward 0.5 and is no success rate (the env's train/percent_correct is).
+    metrics["reward/mixed_groups_only"] = 1.0 if mixed_groups_only else 0.0
     if stats.rebn_sequences:
         metrics["batch/rebn_sequences"] = float(stats.rebn_sequences)
     return PreparedStep(examples, selection.examples, stats, metrics)

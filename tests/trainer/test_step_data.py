@@ -53,3 +53,9 @@ def test_stale_sequences_are_not_trained_but_counted() -> None:
     assert prepared.metrics["policy_lag/stale_sequences"] == 1
     assert prepared.metrics["policy_lag/max"] == 2 and prepared.metrics["policy_lag/unknown_sequences"] == 1
     assert prepared.stats.sequences == 4
+
+
+def test_reward_mean_says_when_it_covers_mixed_groups_only() -> None:
+    batch = [_group([1.0, 0.0])]
+    assert _prepare(batch, mixed_groups_only=True).metrics["reward/mixed_groups_only"] == 1.0
+    assert _prepare(batch).metrics["reward/mixed_groups_only"] == 0.0
