@@ -14,6 +14,8 @@ training step runs on them.
 - concurrent (now): up to MCP_RL_REMOTE_SAMPLING_CONCURRENCY samples in flight, and one
   `train_step` submits forward_backward, optim_step and the sampler weights before waiting.
 Prints seconds per step of each and their ratio; exit 1 unless concurrent <= 1/3 of serial.
+Each step also prints the transitions sampled and trained (the trainer's own selection: no
+all-zero-advantage sequence is sent) and the policy lag of what it trains (the trainer's tags).
 
     python bench/bench_tinker.py [--steps 3] [--groups 8] [--group-size 4] [--sample-s 1] [--cycle-s 2]
 """
@@ -35,9 +37,11 @@ import anyio
 import httpx
 
 from mcp_rl.settings import Settings
+from mcp_rl.trainer.advantages import select_trained
 from mcp_rl.trainer.backends.base import AdamParams, TrainingExample
 from mcp_rl.trainer.backends.tinker import TinkerBackend
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+from mcp_rl.trainer.policy_lag import PolicyVersions, TaggingSampler
 from tests.fakes.tinker_server import (
     API_KEY,
     Latency,
@@ -65,7 +69,10 @@ async def sample_groups(url: str, groups: int, group_size: int) -> list[dict]:
             r = await http.post("/generate", json=body)
             r.raise_for_status()
             answer = r.json()
-            out.extend(answer if isinstance(answer, list) else [answer])
+            answers = answer if isinstance(answer, list) else [answer]
+            for a in answers:
+                a["prompt_ids"] = body["input_ids"]
+            out.extend(answers)
 
         async with anyio.create_task_group() as tg:
             for g in range(groups):
@@ -107,7 +114,9 @@ def run(mode: str, args: argparse.Namespace, tokenizer_dir: str) -> list[float]:
         )
         backend.prepare()
         port = free_port()
-        server = ServerThread(build_app(InferenceService(backend), sampling_concurrency=concurrency), "127.0.0.1", port)
+        versions = PolicyVersions()
+        service = InferenceService(TaggingSampler(backend, versions))
+        server = ServerThread(build_app(service, sampling_concurrency=concurrency), "127.0.0.1", port)
         server.start()
         adam = AdamParams(learning_rate=1e-5)
         times = []
@@ -116,14 +125,31 @@ def run(mode: str, args: argparse.Namespace, tokenizer_dir: str) -> list[float]:
                 began = time.monotonic()
                 completions = anyio.run(sample_groups, f"http://127.0.0.1:{port}", args.groups, args.group_size)
                 examples = examples_of(completions, rng)
+                trained = select_trained(examples).examples
+                lags = [
+                    step
+                    - 1
+                    - (
+                        versions.sampled_at(
+                            c["prompt_ids"] + c["output_ids"], [-100] * len(c["prompt_ids"]) + c["output_ids"]
+                        )
+                        or 0
+                    )
+                    for c in completions
+                ]
                 if mode == "serial":
                     backend.forward_backward(examples)
                     backend.optim_step(adam)
                     backend.update_sampler(step)
                 else:
-                    backend.train_step(examples, adam, step)
+                    backend.train_step(trained, adam, step)
+                versions.current = step
                 times.append(time.monotonic() - began)
-                print(f"  {mode:10s} step {step}: {times[-1]:.2f} s ({len(examples)} sequences)", flush=True)
+                print(
+                    f"  {mode:10s} step {step}: {times[-1]:.2f} s, sampled {len(completions)} transitions, "
+                    f"trained {len(trained)}, policy lag max {max(lags)} mean {sum(lags) / len(lags):.2f}",
+                    flush=True,
+                )
         finally:
             server.stop()
             backend.close("success")
