@@ -16,6 +16,9 @@ training step runs on them.
 Prints seconds per step of each and their ratio; exit 1 unless concurrent <= 1/3 of serial.
 Each step also prints the transitions sampled and trained (the trainer's own selection: no
 all-zero-advantage sequence is sent) and the policy lag of what it trains (the trainer's tags).
+Costs (mcp_rl.costs): the estimate before the concurrent steps (expected, and its range) and
+the estimated cost the backend's meter reports after them for the same steps, at the Qwen3-8B
+rates of configs/pricing.yaml; exit 1 unless they agree within 25 %.
 
     python bench/bench_tinker.py [--steps 3] [--groups 8] [--group-size 4] [--sample-s 1] [--cycle-s 2]
 """
@@ -52,6 +55,10 @@ from tests.fakes.tinker_server import (
 from tests.trainer.run_harness import free_port
 
 TARGET_RATIO = 1 / 3
+COST_TOLERANCE = 0.25
+# The loopback Tinker answers 3 tokens (min(max_tokens, 3)): at 6, half of max tokens, the
+# estimate's expected answer length is the real one, so the gap measures the rest of the model.
+MAX_NEW_TOKENS = 6
 PROMPT = [11, 12, 13, 14, 15, 16, 17, 18]
 
 
@@ -64,7 +71,7 @@ async def sample_groups(url: str, groups: int, group_size: int) -> list[dict]:
             body = {
                 "input_ids": PROMPT + [20 + g],
                 "return_logprob": True,
-                "sampling_params": {"n": group_size, "max_new_tokens": 8, "temperature": 1.0},
+                "sampling_params": {"n": group_size, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0},
             }
             r = await http.post("/generate", json=body)
             r.raise_for_status()
@@ -100,7 +107,7 @@ def examples_of(completions: list[dict], rng: random.Random) -> list[TrainingExa
     return examples
 
 
-def run(mode: str, args: argparse.Namespace, tokenizer_dir: str) -> list[float]:
+def run(mode: str, args: argparse.Namespace, tokenizer_dir: str, metered: list | None = None) -> list[float]:
     import tinker
 
     concurrency = 1 if mode == "serial" else Settings.from_env({}).remote_sampling_concurrency
@@ -153,7 +160,27 @@ def run(mode: str, args: argparse.Namespace, tokenizer_dir: str) -> list[float]:
         finally:
             server.stop()
             backend.close("success")
+            if metered is not None:
+                metered.append(backend.meter.total)
     return times
+
+
+def cost_estimate(args: argparse.Namespace):
+    from mcp_rl.costs.estimate import RunShape, estimate_run
+    from mcp_rl.costs.rates import tinker_rates
+
+    prompt = len(PROMPT) + 1
+    shape = RunShape(
+        backend="tinker",
+        model="Qwen/Qwen3-8B",
+        steps=args.steps,
+        batch_size=args.groups * args.group_size,
+        group_size=args.group_size,
+        max_tokens=MAX_NEW_TOKENS,
+        max_sequence=4096,
+        prompt_tokens=(prompt, prompt),
+    )
+    return estimate_run(shape, tinker_rates(Settings.from_env({}), shape.model))
 
 
 def main() -> int:
@@ -171,7 +198,15 @@ def main() -> int:
             f"{args.cycle_s:g} s clock cycle, {args.steps} steps"
         )
         serial = statistics.mean(run("serial", args, tokenizer_dir))
-        concurrent = statistics.mean(run("concurrent", args, tokenizer_dir))
+        estimate = cost_estimate(args)
+        step_usd = estimate.step_usd
+        print(
+            f"cost before (estimated): ${step_usd['expected'] * args.steps:.6f} for {args.steps} steps "
+            f"(range ${step_usd['low'] * args.steps:.6f}-${step_usd['high'] * args.steps:.6f}; prompt "
+            f"{len(PROMPT) + 1} tokens, answers up to {MAX_NEW_TOKENS} tokens)"
+        )
+        metered: list = []
+        concurrent = statistics.mean(run("concurrent", args, tokenizer_dir, metered))
     ratio = concurrent / serial
     print(f"serial:     {serial:.2f} s/step (sampling concurrency 1, waits between fwd/bwd, optim, sampler)")
     print(
@@ -179,7 +214,25 @@ def main() -> int:
         f"{Settings.from_env({}).remote_sampling_concurrency}, one clock cycle per step)"
     )
     print(f"ratio: {ratio:.3f} (target <= {TARGET_RATIO:.3f})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    from mcp_rl.costs.meter import usd
+
+    tokens = metered[0]
+    rates = estimate_rates(args)
+    after = usd(tokens, rates) or 0.0
+    before = estimate.step_usd["expected"] * args.steps
+    gap = abs(before - after) / after if after else float("inf")
+    print(
+        f"cost after (estimated from the metered tokens): ${after:.6f} ({tokens.prefill} prefilled, "
+        f"{tokens.sampled} sampled, {tokens.trained} trained tokens)"
+    )
+    print(f"estimate vs reported: {gap:.1%} apart (target <= {COST_TOLERANCE:.0%})")
+    return 0 if ratio <= TARGET_RATIO and gap <= COST_TOLERANCE else 1
+
+
+def estimate_rates(args: argparse.Namespace):
+    from mcp_rl.costs.rates import tinker_rates
+
+    return tinker_rates(Settings.from_env({}), "Qwen/Qwen3-8B").rates
 
 
 if __name__ == "__main__":
