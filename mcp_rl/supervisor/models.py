@@ -50,6 +50,10 @@ class RunMetrics(BaseModel):
     percent_correct: float | None = None
     eval_percent_correct: float | None = None
     time: float | None = None
+    cost_usd_estimated: float | None = Field(
+        None, description="Estimated USD the run has spent so far (0 on the local backend; None: not priced)."
+    )
+    step_cost_usd_estimated: float | None = Field(None, description="Estimated USD of the latest step.")
     latest: dict[str, Any] = Field(default_factory=dict, description="Every key of the latest metrics line.")
 
 

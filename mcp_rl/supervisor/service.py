@@ -28,6 +28,8 @@ from mcp_rl.metrics import store
 from mcp_rl.ports import port_is_free
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
+    COST_STEP_USD_KEY,
+    COST_TOTAL_USD_KEY,
     ENV_METRICS_FILE,
     EVAL_PERCENT_CORRECT_KEY,
     LOGS_DIR,
@@ -373,6 +375,8 @@ def _metrics(path: Path, trainer_status: dict[str, Any]) -> RunMetrics | None:
         percent_correct=_float(latest.get(PERCENT_CORRECT_KEY)),
         eval_percent_correct=_float(latest.get(EVAL_PERCENT_CORRECT_KEY)),
         time=_float(latest.get(TIME_KEY)),
+        cost_usd_estimated=_float(latest.get(COST_TOTAL_USD_KEY)),
+        step_cost_usd_estimated=_float(latest.get(COST_STEP_USD_KEY)),
         latest=latest,
     )
 
