@@ -22,7 +22,7 @@ from mcp_rl.errors import UserError
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Names of the secrets we read. They may reach a child's environment, never argv, logs or files.
-SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN")
+SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN", "HF_TOKEN")
 
 
 def configs_dir() -> Path:
@@ -186,6 +186,9 @@ class Settings(BaseModel):
     wandb_mode: str | None = None
     openrouter_api_key: SecretStr | None = None
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
+    # The user's Hugging Face token for pushing exports (else their `hf auth login`); HF_ENDPOINT
+    # is read by huggingface_hub itself.
+    hf_token: SecretStr | None = None
     # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
     http_token: SecretStr | None = None
     # Secret variables that held a placeholder (`${TINKER_API_KEY}`, "...") and count as unset.
@@ -268,6 +271,7 @@ class Settings(BaseModel):
             openrouter_api_key=_secret(env, "OPENROUTER_API_KEY"),
             openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
             http_token=_secret(env, "MCP_RL_TOKEN"),
+            hf_token=_secret(env, "HF_TOKEN"),
             placeholder_env_vars=placeholder_secrets(env),
             http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
