@@ -283,6 +283,48 @@ class Pipeline:
         timing.record(sampled["seconds"], train_s, time.monotonic() - t0, n, statistics.mean(rewards))
 
 
+def machine() -> str:
+    """The processor, as `lscpu` names it, and the core count: printed with every figure."""
+    import os
+
+    name = "unknown processor"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def prompt_tokens(tok: Any, step: int, count: int) -> tuple[list[list[int]], list[int]]:
+    """The step's arithmetic prompts as the environment renders them, and their answers."""
+    from mcp_rl.environments.bundled.arithmetic import build_messages
+
+    items = problems(step, count)
+    prompts = [
+        tok.encode(
+            tok.apply_chat_template(build_messages(p), add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+        )
+        for p in items
+    ]
+    return prompts, [p["answer"] for p in items]
+
+
+def plain_reference(model_dir: Path, steps: int = 2, prompts: int = 8, samples: int = 4, new_tokens: int = 16) -> float:
+    """Sequences per second of the plain batched loop (after one warm-up step), with the torch
+    threads already configured: the yardstick other benches print beside their own figures, so
+    that figures measured on two machines compare as ratios."""
+    plain = Plain(model_dir, lr=1e-5)
+    timing = Timing()
+    for step in range(steps + 1):
+        batch, answers = prompt_tokens(plain.tok, step, prompts)
+        plain.step(batch, answers, samples, new_tokens, timing if step > 0 else Timing())
+    return timing.per_second()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="measured steps per mode (after one warm-up step)")
@@ -297,7 +339,6 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}")
 
-    from mcp_rl.environments.bundled.arithmetic import build_messages
     from mcp_rl.trainer.backends.local import configure_torch_threads
 
     settings = Settings.from_env()
@@ -320,7 +361,7 @@ def main() -> int:
             )
     tok = next(iter(runners.values())).tok
     print(
-        f"bench: {model_dir.name}, {args.prompts} prompts x {args.samples} samples, up to {args.new_tokens} new "
+        f"bench: {machine()}; {model_dir.name}, {args.prompts} prompts x {args.samples} samples, up to {args.new_tokens} new "
         f"tokens, torch threads {threads}, batching window {settings.local_batch_window_s:g} s; "
         f"{args.steps} measured steps per mode after a warm-up, modes interleaved",
         flush=True,
@@ -328,15 +369,7 @@ def main() -> int:
     timings = {m: Timing() for m in modes}
     try:
         for step in range(args.steps + 1):
-            items = problems(step, args.prompts)
-            prompts = [
-                tok.encode(
-                    tok.apply_chat_template(build_messages(p), add_generation_prompt=True, tokenize=False),
-                    add_special_tokens=False,
-                )
-                for p in items
-            ]
-            answers = [p["answer"] for p in items]
+            prompts, answers = prompt_tokens(tok, step, args.prompts)
             for mode in modes:
                 timing = timings[mode] if step > 0 else Timing()  # step 0 warms up
                 runners[mode].step(prompts, answers, args.samples, args.new_tokens, timing)
@@ -370,6 +403,7 @@ def main() -> int:
     ok = True
     if "plain" in timings:
         base = timings["plain"].per_second()
+        print(f"reference (same run): the plain batched loop, {base:.2f} sequences/s on {machine()}")
         for mode in modes:
             if mode != "plain":
                 ratio = timings[mode].per_second() / base

@@ -5,9 +5,11 @@ the last 5 steps must be at least 0.25 above that of the first 5. Exit status 1 
 prints the first step whose 5-step mean reward reaches 0.8 and the wall time from the start of
 the run to it; not reaching it within 30 steps fails the bench too (issue 19's target at the
 shipped defaults, met in 7 of 7 runs at steps 10-19). Also prints how the local sampler batched
-the rollouts' requests.
+the rollouts' requests, and, so that figures from two machines compare, a reference measured
+after the run in the same process: the plain batched loop of bench/bench_throughput.py (its
+sequences/s), and the run's sequences/s as a ratio to it.
 
-    /work/venv/bin/python bench/bench_trainer.py [--steps 30] [--lr 1e-3] [--keep]
+    .venv/bin/python bench/bench_trainer.py [--steps 30] [--lr 1e-3] [--reference-steps 2] [--keep]
 
 Defaults come from configs/run_options.yaml (`local:`) and the environment's `config_init`
 (group size) except where flags override them.
@@ -25,8 +27,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import yaml
+from bench_throughput import machine, plain_reference
 
 from mcp_rl.models import resolve_model
 from mcp_rl.settings import Settings, configs_dir
@@ -48,6 +52,9 @@ def main() -> int:
     parser.add_argument("--lora-rank", type=int, default=options["lora_rank"])
     parser.add_argument("--offpolicy", type=int, default=1, help="env.max_batches_offpolicy")
     parser.add_argument("--workers", type=int, default=4, help="env.max_num_workers")
+    parser.add_argument(
+        "--reference-steps", type=int, default=2, help="measured steps of the plain loop after the run (0: none)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
     args = parser.parse_args()
 
@@ -72,7 +79,7 @@ def main() -> int:
         run_id="bench",
     )
     print(
-        f"bench: arithmetic, local backend, model {model_dir.name}, {args.steps} steps, batch {args.batch_size} "
+        f"bench: {machine()}; arithmetic, local backend, model {model_dir.name}, {args.steps} steps, batch {args.batch_size} "
         f"(groups of {args.group_size}), LoRA rank {args.lora_rank}, lr {args.lr:g}, "
         f"max_batches_offpolicy {args.offpolicy}, max_num_workers {args.workers}",
         flush=True,
@@ -113,6 +120,20 @@ def main() -> int:
     print(f"mean reward first 5 steps: {first:.3f}")
     print(f"mean reward last 5 steps:  {last:.3f}")
     print(f"gain: {last - first:+.3f} (required >= {REQUIRED_GAIN})")
+    if args.reference_steps > 0:
+        from mcp_rl.trainer.backends.local import configure_torch_threads
+
+        threads = configure_torch_threads(settings.torch_threads)
+        reference = plain_reference(model_dir, steps=args.reference_steps)
+        run_rate = args.batch_size / statistics.median(per_step)
+        print(
+            f"reference (same run, after it): the plain batched loop of bench_throughput.py, {reference:.2f} "
+            f"sequences/s with {threads} torch thread(s) on {machine()}"
+        )
+        print(
+            f"this run: {run_rate:.2f} sequences/s ({args.batch_size} / the median step) = "
+            f"{run_rate / reference:.2f}x the plain loop"
+        )
     reached = next(
         (
             i

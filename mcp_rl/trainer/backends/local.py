@@ -29,6 +29,7 @@ from mcp_rl.trainer.backends.base import (
 )
 from mcp_rl.trainer.backends.prompt_cache import PromptCache, croppable
 from mcp_rl.trainer.backends.rwlock import ReadWriteLock
+from mcp_rl.trainer.cpus import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ ADAPTER_DIR = "adapter"
 
 
 def configure_torch_threads(threads: int = 0) -> int:
-    """`threads` (Settings.torch_threads, MCP_RL_TORCH_THREADS), or half the cores (at least one).
+    """`threads` (Settings.torch_threads, MCP_RL_TORCH_THREADS), or half the usable cores (at
+    least one; `cpus.usable_cpus`: affinity and container quota, not the host's core count).
 
     A run shares the machine with its environment process and the Atropos API, and often with
     other runs. torch's default of one thread per core then oversubscribes the CPU, and its
@@ -48,7 +50,7 @@ def configure_torch_threads(threads: int = 0) -> int:
     # torch: only a local-backend process loads it (a Tinker trainer never does)
     import torch
 
-    wanted = threads or max(1, (os.cpu_count() or 1) // 2)
+    wanted = threads or max(1, usable_cpus() // 2)
     torch.set_num_threads(wanted)
     return wanted
 
