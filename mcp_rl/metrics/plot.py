@@ -11,7 +11,14 @@ import textwrap
 from collections.abc import Sequence
 
 from mcp_rl.metrics.store import StepTable
-from mcp_rl.rundir import EVAL_PERCENT_CORRECT_KEY, EVAL_SCORE_KEY, LOSS_KEY, PERCENT_CORRECT_KEY, REWARD_KEY
+from mcp_rl.rundir import (
+    COST_TOTAL_USD_KEY,
+    EVAL_PERCENT_CORRECT_KEY,
+    EVAL_SCORE_KEY,
+    LOSS_KEY,
+    PERCENT_CORRECT_KEY,
+    REWARD_KEY,
+)
 
 WIDTH_PX = 800
 HEIGHT_PX = 500
@@ -67,6 +74,13 @@ def render_png(table: StepTable, title: str, caption: str | None = None) -> byte
             bottom.plot(*zip(*loss, strict=True), color="tab:red", linewidth=1.0, label=LOSS_KEY)
             bottom.legend(loc="best", fontsize=8)
         bottom.set_ylabel("loss")
+        # A paid run: its estimated spend so far, on its own axis beside the loss.
+        spend = _thin(table.series(COST_TOTAL_USD_KEY))
+        if any(value > 0 for _, value in spend):
+            usd_axis = bottom.twinx()
+            usd_axis.plot(*zip(*spend, strict=True), color="tab:gray", linestyle="--", label="USD so far (estimated)")
+            usd_axis.set_ylabel("USD (estimated)")
+            usd_axis.legend(loc="upper left", fontsize=8)
         bottom.set_xlabel("step")
         bottom.grid(True, alpha=0.3)
         fig.suptitle(title if caption is None else f"{title}\n{textwrap.fill(caption, 120)}", fontsize=9)

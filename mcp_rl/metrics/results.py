@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
+from mcp_rl.costs.summary import RunCost, run_cost
 from mcp_rl.errors import NotFound, clip, clip_message
 from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
@@ -67,6 +68,11 @@ class RunResults(BaseModel):
         default_factory=list, description=f"At most {store.MAX_HISTORY_POINTS} steps incl. first and last."
     )
     history_steps_total: int = Field(0, description="Steps in the full record (see the metrics resource).")
+    cost: RunCost | None = Field(
+        None,
+        description="Tokens prefilled, sampled and trained so far and their estimated USD ($0 on the local "
+        "backend; None: no step recorded a cost).",
+    )
     weights: WeightsInfo = WeightsInfo()
     wandb_url: str | None = None
     wandb: WandbSummary | None = None
@@ -167,6 +173,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         held_out=held_out_summary(run_dir),
         history=store.history(table),
         history_steps_total=len(table.rows),
+        cost=run_cost(table.rows),
         weights=weights,
         wandb_url=(record.wandb_url if record is not None else None) or (status.wandb_url if status else None),
         notes=notes,
