@@ -79,6 +79,11 @@ class ModelSpec(BaseModel):
     )
     request_budget: int | None = Field(default=None, description="Most requests this model may make in the test.")
     token_budget: int | None = Field(default=None, description="Most tokens (prompt + completion) this model may use.")
+    # mcp_rl.costs.openrouter: stated before the first paid request (None: unknown, never 0).
+    estimated_max_usd: float | None = Field(
+        default=None, description="Estimated USD this model may spend at most (its token budget at its price)."
+    )
+    price_note: str | None = Field(default=None, description="How the estimate was made, or why it is unknown.")
     # A run's saved checkpoint (id run:<run_id>@<step>): served locally as base + this adapter.
     adapter: str | None = Field(default=None, description="The checkpoint's LoRA adapter folder (run checkpoints).")
     base_model: str | None = Field(default=None, description="The checkpoint's base model folder (run checkpoints).")
@@ -240,6 +245,11 @@ class TestConfig(BaseModel):
     model_timeout_s: float
     tokenizer: str | None = Field(default=None, description="The tokenizer the environment used to count tokens.")
     tokenizer_note: str | None = None
+    cost_estimates: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per model, before its first request: its estimated spend at most (OpenRouter's price for its "
+        "token budget; $0 for local models). What the provider reports is in each model's usage.cost_usd.",
+    )
 
 
 class TestSummary(BaseModel):

@@ -259,6 +259,10 @@ def start_test(
     if max_parallel < 1:
         raise UserError("max_parallel must be at least 1.")
     planned = with_budgets(plan_models(settings, models), num_steps, requests_per_group(env_config, group_size))
+    # costs imports this package's models; only a start prices its models
+    from mcp_rl.costs.openrouter import price_models
+
+    planned = price_models(settings, planned)
     settings.ensure_home()
     test_id = new_test_id()
     test_dir = settings.tests_dir / test_id

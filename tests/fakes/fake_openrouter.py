@@ -163,7 +163,9 @@ class FakeOpenRouter:
             def do_GET(self) -> None:
                 path = self.path.rstrip("/")
                 if path.endswith("/models"):
-                    self._send(200, {"data": [{"id": m, "name": m} for m in fake.known_ids()]})
+                    # OpenRouter's pricing: USD per token, as strings.
+                    price = {"prompt": str(PRICE_PER_TOKEN_USD), "completion": str(PRICE_PER_TOKEN_USD)}
+                    self._send(200, {"data": [{"id": m, "name": m, "pricing": price} for m in fake.known_ids()]})
                 elif path.endswith("/key"):
                     if self._key_ok() and self.headers.get("Authorization"):
                         limit = None if fake.key_limit_remaining is None else 1.0
