@@ -28,6 +28,7 @@ from mcp_rl.server import (
     smoke_test_tools,
     strict,
     training_tools,
+    weights_tools,
 )
 from mcp_rl.server.state import AppState
 from mcp_rl.settings import Settings
@@ -86,6 +87,7 @@ def build_server(settings: Settings | None = None) -> MCPServer:
         follow_tools,
         results_tools,
         evaluation_tools,
+        weights_tools,
     ):
         module.register(mcp, state)
     # Run and smoke-test events as log messages for clients that set a level (logging capability).

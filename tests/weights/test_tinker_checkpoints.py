@@ -1,0 +1,162 @@
+"""A Tinker run's checkpoints and download through the REAL tinker SDK against the loopback
+Tinker (tests/fakes/tinker_server.py): the list shows Tinker's expiry, keep/TTL/delete reach the
+wire, the downloaded adapter equals what the server holds, an escaping file name is refused with
+nothing written outside the destination."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_rl.errors import UserError
+from mcp_rl.rundir import RunPaths
+from mcp_rl.settings import Settings
+from mcp_rl.trainer.status import RunRecorder
+from mcp_rl.weights import checkpoints
+from mcp_rl.weights.export import ExportSpec
+from mcp_rl.weights.tinker_download import download_checkpoint, safe_target
+from mcp_rl.weights.worker import run as run_worker
+from tests.conftest import make_env
+from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
+from tests.trainer.run_harness import arithmetic_run_config
+
+MODEL = "Qwen/Qwen3-8B"
+
+
+def _setup(home: Path, server: TinkerServer, tokenizer: Path) -> tuple[Settings, list[str]]:
+    """A Tinker run with checkpoints at steps 2 (expiring) and 4 (final), saved on the wire."""
+    import tinker
+
+    settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY, TINKER_BASE_URL=server.base_url))
+    config = arithmetic_run_config(settings.runs_dir / "tk1", tokenizer, run_id="tk1")
+    config = config.model_copy(
+        update={"trainer": config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})}
+    )
+    config.paths.run_dir.mkdir(parents=True)
+    service = tinker.ServiceClient(base_url=server.base_url, api_key=API_KEY)
+    training = service.create_lora_training_client(base_model=MODEL, rank=4).result()
+    recorder = RunRecorder(RunPaths.for_run(config.paths.run_dir), 4)
+    paths = []
+    for step, ttl in ((2, 86400), (4, None)):
+        state = training.save_state(f"step_{step:06d}", ttl_seconds=ttl).result().path
+        sampler = training.save_weights_for_sampler(f"step_{step:06d}", ttl_seconds=ttl).result().path
+        recorder.checkpoint(step, "state", state, final=ttl is None)
+        recorder.checkpoint(step, "sampler", sampler, final=ttl is None)
+        paths += [state, sampler]
+    service.close("success").result()
+    return settings, paths
+
+
+@pytest.fixture
+def tokenizer(tmp_path: Path) -> Path:
+    return Path(write_tiny_tokenizer(tmp_path / "tok"))
+
+
+def _write_run_yaml(settings: Settings, tokenizer: Path) -> None:
+    import yaml
+
+    config = arithmetic_run_config(settings.runs_dir / "tk1", tokenizer, run_id="tk1")
+    config = config.model_copy(
+        update={"trainer": config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})}
+    )
+    (settings.runs_dir / "tk1" / "run.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
+
+
+def test_list_keep_ttl_delete_reach_the_wire(home: Path, tokenizer: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        _write_run_yaml(settings, tokenizer)
+        listed = checkpoints.list_checkpoints(settings, "tk1")
+        by_where = {c.where: c for c in listed.checkpoints}
+        assert {c.kind for c in listed.checkpoints} == {"state", "sampler"}
+        assert by_where[paths[0]].expires_in_hours == pytest.approx(24, abs=0.1)
+        assert by_where[paths[2]].expires_at is None and by_where[paths[2]].final
+
+        checkpoints.set_ttl(settings, "tk1", 2, 48)
+        assert sorted(server.wire.ttl_calls) == sorted([(paths[0], 172800), (paths[1], 172800)])
+        kept = checkpoints.keep(settings, "tk1", 2)
+        assert sorted(server.wire.ttl_calls[2:]) == sorted([(paths[0], None), (paths[1], None)])
+        assert all(c.kept and c.expires_at is None for c in kept.checkpoints if c.step == 2)
+
+        with pytest.raises(UserError, match="final or kept"):
+            checkpoints.delete(settings, "tk1", 2)
+        with pytest.raises(UserError, match="no checkpoint at step 3"):
+            checkpoints.keep(settings, "tk1", 3)
+        with pytest.raises(UserError, match="between 1 and"):
+            checkpoints.set_ttl(settings, "tk1", 2, 0.5)
+        checkpoints.set_ttl(settings, "tk1", 2, 2)  # no longer kept: deletable
+        left = checkpoints.delete(settings, "tk1", 2)
+        assert sorted(server.wire.deleted) == sorted([paths[0], paths[1]])
+        assert {c.step for c in left.checkpoints} == {4}
+
+
+def test_download_equals_what_tinker_holds_and_the_export_is_cleaned_up(home: Path, tokenizer: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        dest = home / "dl"
+        dest.mkdir()
+        phases: list[str] = []
+        total = download_checkpoint(settings, paths[2], dest, phases.append)
+        held = server.wire.export_files
+        assert {p.name: p.read_bytes() for p in dest.iterdir()} == held
+        assert total == sum(len(v) for v in held.values())
+        export = server.wire.exports[-1]
+        assert export["ttl_seconds"] == 3600 and server.wire.deleted == [export["path"]]
+        assert [s["finished"] for s in server.wire.sessions.values()][-1] == "success"
+        assert server.wire.loads[-1]["path"] == paths[2]  # create_training_client_from_state
+        assert any("Tinker session" in p for p in phases)
+        with pytest.raises(UserError, match="sampler weights cannot be downloaded"):
+            download_checkpoint(settings, paths[3], dest, phases.append)
+
+
+@pytest.mark.parametrize("name", ["../evil", "/etc/evil", "a/../../evil", "a\\..\\evil", "", "./x", "a//b"])
+def test_an_escaping_name_is_refused(tmp_path: Path, name: str) -> None:
+    root = tmp_path / "dest"
+    root.mkdir()
+    with pytest.raises(UserError, match="outside the destination"):
+        safe_target(root, name)
+
+
+def test_an_escaping_entry_on_the_wire_writes_nothing_anywhere(home: Path, tokenizer: Path) -> None:
+    wire = TinkerWire(tokenizer_id=str(tokenizer))
+    wire.export_files = {"adapter_config.json": b"{}", "../escaped.bin": b"evil"}
+    with TinkerServer(wire) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        dest = home / "box" / "dl"
+        dest.mkdir(parents=True)
+        with pytest.raises(UserError, match="outside the destination"):
+            download_checkpoint(settings, paths[2], dest, lambda m: None)
+        assert list(dest.iterdir()) == [] and not (home / "box" / "escaped.bin").exists()
+        assert server.wire.downloads == []  # refused before any file was fetched
+        assert server.wire.deleted  # the temporary export was still deleted
+
+
+def test_the_worker_exports_a_tinker_checkpoint_as_an_adapter(home: Path, tokenizer: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        job = home / "job"
+        job.mkdir()
+        dest = home / "out"
+        spec = ExportSpec(
+            run_id="tk1",
+            run_dir=settings.runs_dir / "tk1",
+            step=4,
+            weights=paths[2],
+            format="adapter",
+            dest=dest,
+            base_model=str(tokenizer),
+            environment="arithmetic",
+        )
+        (job / "spec.json").write_text(spec.model_dump_json())
+        from mcp_rl.weights.jobs import ExportState, ExportStatus, write_status
+
+        write_status(job, ExportStatus(export_id="x", run_id="tk1", state=ExportState.RUNNING, started_at=0))
+        assert run_worker(job, settings) == 0
+    status = json.loads((job / "status.json").read_text())
+    assert status["state"] == "done", status
+    config = json.loads((dest / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tokenizer)  # filled in, as push-hf does
+    assert (dest / "adapter_model.safetensors").read_bytes() == b"fake-safetensors-bytes"
+    assert not [p for p in home.iterdir() if p.name.startswith(".out")]  # scratch and partial removed
