@@ -35,7 +35,7 @@ class Ok(BaseHTTPRequestHandler):
         pass
 
 
-def write_status(path: Path, phase: str, step: int) -> None:
+def write_status(path: Path, phase: str, step: int, stop_cause: str | None = None) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(
         json.dumps(
@@ -46,6 +46,7 @@ def write_status(path: Path, phase: str, step: int) -> None:
                 "heartbeat": time.time(),
                 "pid": os.getpid(),
                 "error": "step 2 raised: boom" if phase == "failed" else None,
+                "stop_cause": stop_cause,
             }
         )
     )
@@ -61,6 +62,7 @@ def main() -> int:
     parser.add_argument("--no-heartbeat", action="store_true")
     parser.add_argument("--heartbeats", type=int, default=-1, help="stop heartbeating after N writes")
     parser.add_argument("--phase-at-exit", default="done")
+    parser.add_argument("--stop-cause", default=None, help="with --phase-at-exit stopped: why it stopped itself")
     parser.add_argument("--spawn-grandchild", action="store_true")
     parser.add_argument("--touch", type=Path)
     parser.add_argument("--wait-for", type=Path, help="with --touch: only once this file exists")
@@ -103,7 +105,7 @@ def main() -> int:
                 fh.write(json.dumps({"step": step, "path": f"checkpoints/step_{step}"}) + "\n")
         if args.done_when and args.done_when.exists():
             if args.status:
-                write_status(args.status, args.phase_at_exit, 2)
+                write_status(args.status, args.phase_at_exit, 2, args.stop_cause)
             print(f"done, exiting with {args.exit_code}", flush=True)
             return args.exit_code
         if args.status and not args.no_heartbeat and args.heartbeats != 0:

@@ -213,6 +213,17 @@ def test_trainer_exiting_0_without_finishing_is_a_failure(tmp_path: Path) -> Non
     h.assert_nothing_left()
 
 
+def test_a_trainer_that_stopped_itself_at_its_cost_cap_ends_the_run_as_stopped_with_its_cause(tmp_path: Path) -> None:
+    cause = "cost cap reached at $4.80 (estimated; max_cost_usd $5)"
+    h = Harness(tmp_path, phase_at_exit="stopped", stop_cause=cause).start()
+    h.wait_state(RunState.RUNNING)
+    h.done.write_text("x")
+    assert h.join() == RunState.STOPPED
+    run = h.registry.get_run("r1")
+    assert run.cause.startswith(cause) and "stopped after step 2 of 2" in run.cause
+    h.assert_nothing_left()
+
+
 def test_trainer_error_exit_is_reported_with_its_code(tmp_path: Path) -> None:
     h = Harness(tmp_path, exit_code=3, phase_at_exit="failed").start()
     h.wait_state(RunState.RUNNING)
