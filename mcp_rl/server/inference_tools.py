@@ -139,6 +139,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         multi-turn environment such as a GEM game, one per turn of each episode) and is stopped
         at that budget (state over_budget) or at a provider error, whose cause and fix
         are in its one-line `error`; `usage` shows requests, tokens and the provider's cost.
+        test_config.cost_estimates states each model's estimated spend at most (its budget at
+        OpenRouter's price) before its first request; local models cost $0.
         Answers within the server's time budget (default 45 s) with progress notifications; a
         test still running then keeps running in the background and this returns state
         "running" with its test_id: collect it with rl_get_test_result(test_id, wait_s=...),

@@ -316,6 +316,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         local CPU backend (override with rl_edit_config('backend', ...)). Before starting: select
         an environment, review rl_get_current_config, and smoke-test with rl_test_inference.
         Run options (total_steps, batch_size, ...) are set with rl_edit_config, not here.
+        Cost: the answer's estimated_cost gives the run's estimated USD (local backend: $0). A
+        Tinker run estimated above the confirmation threshold (default $5) without a cap is
+        refused with the estimate and the rl_edit_config("max_cost_usd", X) call that accepts
+        it (or the person is asked, when the client supports elicitation): show the person the
+        estimate before setting a cap. A capped run ends as stopped before it would pass the cap.
         Pass an idempotency_key so that a retry (e.g. after a client timeout) cannot start a
         second run, and expected_revision to train exactly the config you reviewed.
         Then wait with rl_wait_for_run(run_id) or poll rl_check_status(run_id) (rarely), follow
