@@ -27,6 +27,7 @@ from mcp_rl.trainer.backends.base import (
     TrainingBackend,
     TrainingExample,
 )
+from mcp_rl.trainer.backends.common_prefix import CommonPrefix, common_length
 from mcp_rl.trainer.backends.prompt_cache import PromptCache, croppable
 from mcp_rl.trainer.backends.rwlock import ReadWriteLock
 from mcp_rl.trainer.cpus import usable_cpus
@@ -313,16 +314,24 @@ class LocalBackend(TrainingBackend):
             shared.setdefault(tuple(e.input_tokens[:first]), []).append(i)
         total = 0.0
         training_logprobs: list[list[float]] = [[0.0] * len(e.input_tokens) for e in examples]
+        # What every group's prompt starts with runs once for the batch (common_prefix.py).
+        n = common_length(list(shared))
+        common = CommonPrefix.compute(self._decoder, next(iter(shared))[:n], self.device) if n else None
         for prefix, members in shared.items():
-            loss, picked = self._group_loss(prefix, [examples[i] for i in members])
+            loss, picked = self._group_loss(prefix, [examples[i] for i in members], common)
             loss.backward()
             total += float(loss.detach())
             for i, values in zip(members, picked, strict=True):
                 training_logprobs[i] = values
+        if common is not None:
+            common.backward()
         return ForwardBackwardResult(loss=total, training_logprobs=training_logprobs)
 
-    def _group_loss(self, prefix: tuple[int, ...], group: list[TrainingExample]) -> tuple[Any, list[list[float]]]:
-        """Importance-sampling loss of sequences that all start with `prefix`."""
+    def _group_loss(
+        self, prefix: tuple[int, ...], group: list[TrainingExample], common: CommonPrefix | None = None
+    ) -> tuple[Any, list[list[float]]]:
+        """Importance-sampling loss of sequences that all start with `prefix` (whose first
+        `common.length` tokens, when given, are already computed)."""
         torch = self._torch
         k = len(prefix)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -350,10 +359,13 @@ class LocalBackend(TrainingBackend):
             t.to(self.device) for t in (inputs, targets, attention, adv, old, has_old, trained)
         )
         past = None
-        if k > 0:
+        if k > 0 and common is not None:
+            rest = torch.tensor([prefix[common.length :]], device=self.device)
+            past = self._decoder(input_ids=rest, past_key_values=common.cache(), use_cache=True).past_key_values
+        elif k > 0:
             past = self._decoder(input_ids=torch.tensor([prefix], device=self.device), use_cache=True).past_key_values
-            if b > 1:
-                past.batch_repeat_interleave(b)
+        if past is not None and b > 1:
+            past.batch_repeat_interleave(b)
         hidden = self._decoder(
             input_ids=inputs, attention_mask=attention, past_key_values=past, use_cache=past is not None
         ).last_hidden_state
