@@ -13,6 +13,7 @@ Nothing here imports anything heavy.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -117,6 +118,9 @@ class WeightsInfo(BaseModel):
     resume_checkpoint: str | None = Field(None, description="Last resumable training state, if one was saved.")
     resume_step: int | None = None
     checkpoints_saved: int = 0
+    survives: str | None = Field(
+        None, description="Which checkpoint survives and until when (rl_list_checkpoints lists them all)."
+    )
 
 
 def weights_info(checkpoints: Sequence[CheckpointRecord], status: TrainerStatus | None) -> WeightsInfo:
@@ -134,7 +138,27 @@ def weights_info(checkpoints: Sequence[CheckpointRecord], status: TrainerStatus 
         info.resume_checkpoint = status.resume_state
     if info.sampler_weights is not None:
         info.sampler_exists = None if "://" in info.sampler_weights else Path(info.sampler_weights).exists()
+    info.survives = survivor_note(checkpoints)
     return info
+
+
+def survivor_note(checkpoints: Sequence[CheckpointRecord]) -> str | None:
+    """The newest checkpoint and how long it lives: final and kept ones never expire; an
+    intermediate Tinker one expires at its recorded time."""
+    if not checkpoints:
+        return None
+    last = max(c.step for c in checkpoints)
+    lines = [c for c in checkpoints if c.step == last]
+    newest: dict[str, CheckpointRecord] = {}
+    for c in lines:
+        newest[c.path] = c
+    forever = any(c.final or c.kept for c in lines) and all(c.expires_at is None for c in newest.values())
+    where = ", ".join(f"{c.kind} {c.path}" for c in newest.values())
+    if forever or all(c.expires_at is None for c in newest.values()):
+        return f"step {last} survives ({where}); it never expires."
+    soonest = min(c.expires_at for c in newest.values() if c.expires_at is not None)
+    hours = (soonest - time.time()) / 3600
+    return f"step {last} ({where}) expires in {hours:.0f} h: rl_keep_checkpoint(run_id, step={last}) keeps it forever."
 
 
 def _last(checkpoints: Iterable[CheckpointRecord]) -> CheckpointRecord | None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.costs.training import estimate_training
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
+from mcp_rl.metrics.store import read_checkpoints, survivor_note
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import CHECKPOINTS_DIR
 from mcp_rl.server.budget import CallBudget, Progress, wait_job
@@ -229,12 +230,18 @@ STOP_AGAIN = (
 )
 
 
-def _stop_answer(result: StopResult, seconds: float) -> StopAnswer:
+def _stop_answer(result: StopResult, seconds: float, settings: Any) -> StopAnswer:
     in_progress = result.status == RunState.STOPPING
-    message = result.message + (STOP_AGAIN if in_progress else "")
+    message = result.message + (STOP_AGAIN if in_progress else "") + _survivor(settings, result.run_id)
     return StopAnswer(
         **{**result.model_dump(), "message": message, "in_progress": in_progress}, stopping_for_s=round(seconds, 1)
     )
+
+
+def _survivor(settings: Any, run_id: str) -> str:
+    """Which checkpoint survived the stop and until when (from the run's checkpoint index)."""
+    note = survivor_note(read_checkpoints(settings.runs_dir / run_id))
+    return f" Checkpoint: {note}" if note else ""
 
 
 def _alive(status: RunStatus) -> list[int]:
@@ -259,7 +266,7 @@ async def _wait_for_stop(settings: Any, run_id: str, budget: CallBudget, progres
         message = f"Run {run_id} is {status.status}; its processes are still being ended (pids {left})." + STOP_AGAIN
     else:
         message = f"Run {run_id} {status.status}" + (f": {status.cause}." if status.cause else ".")
-        message += " No process of the run is left."
+        message += " No process of the run is left." + _survivor(settings, run_id)
     return StopAnswer(
         run_id=run_id,
         status=status.status,
@@ -450,7 +457,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         if job.done.is_set():
             jobs.forget(job)
             result: StopResult = job.outcome()
-            return _stop_answer(result, job.running_for())
+            return _stop_answer(result, job.running_for(), settings)
         return await _wait_for_stop(settings, run_id, budget, progress)
 
     @mcp.tool(title="List training runs", annotations=STATUS_READ)
