@@ -120,7 +120,7 @@ class EditAnswer(EditResult):
     revision: str = Field(description=REVISION_DOC)
     applied: bool = Field(True, description="False: the edit was refused (see `refused`); nothing changed.")
     refused: str | None = Field(None, description="Why the edit was refused, with the valid names or range.")
-    kind: Literal["environment", "run_option"] | None = None
+    kind: Literal["environment", "run_option"] | None = None  # type: ignore[assignment]
 
 
 def config_revision(session: Session) -> str:

@@ -98,7 +98,7 @@ def make_strict(mcp: MCPServer) -> None:
                 error = PydanticCustomError("unknown_argument", "{detail}", {"detail": message})
                 # A ValidationError, as the SDK reports a caller's bad arguments (a tool error).
                 raise ValidationError.from_exception_data(_title, [{"type": error, "loc": (), "input": arguments}])
-            return _validate(arguments)  # type: ignore[no-any-return]
+            return _validate(arguments)
 
         # On the instance: FuncMetadata is a pydantic model, and this is not one of its fields.
         object.__setattr__(meta, "validate_arguments", strict_validate)
