@@ -1,0 +1,109 @@
+"""FAKE Hugging Face Hub at the wire: a loopback server speaking the endpoints the REAL
+`huggingface_hub.HfApi` calls for create_repo and upload_folder (preupload + commit), reached
+through HF_ENDPOINT. Every file arrives as a "regular" (base64 in the commit) upload, so no LFS
+or Xet transfer is needed. Records every request's headers and body so a test can check where
+the token appears."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+
+@dataclass
+class HubWire:
+    token: str
+    repos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    unauthorized: int = 0
+    validated: list[str] = field(default_factory=list)
+
+
+def build_app(wire: HubWire) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def handle(request: Request) -> Response:
+        raw = await request.body()
+        wire.requests.append(
+            {
+                "method": request.method,
+                "path": request.url.path,
+                "query": str(request.url.query),
+                "headers": dict(request.headers),
+                "body": raw,
+            }
+        )
+        if request.headers.get("authorization") != f"Bearer {wire.token}":
+            wire.unauthorized += 1
+            return JSONResponse({"error": "Invalid credentials"}, status_code=401)
+        path = request.url.path
+        if path == "/api/repos/create" and request.method == "POST":
+            data = json.loads(raw)
+            repo = f"{data['organization']}/{data['name']}" if data.get("organization") else data["name"]
+            wire.repos.setdefault(
+                repo, {"private": data.get("private", data.get("visibility") == "private"), "type": data.get("type")}
+            )
+            wire.files.setdefault(repo, {})
+            return JSONResponse({"url": f"{request.base_url}{repo}", "name": repo})
+        if path == "/api/validate-yaml" and request.method == "POST":  # the README's metadata
+            wire.validated.append(json.loads(raw)["content"])
+            return JSONResponse({"warnings": []})
+        parts = path.strip("/").split("/")
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "preupload":
+            data = json.loads(raw)
+            return JSONResponse(
+                {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in data["files"]]}
+            )
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "commit":
+            repo = f"{parts[2]}/{parts[3]}"
+            for line in raw.decode().splitlines():
+                item = json.loads(line)
+                if item.get("key") == "file":
+                    value = item["value"]
+                    wire.files.setdefault(repo, {})[value["path"]] = base64.b64decode(value["content"])
+            return JSONResponse(
+                {"commitUrl": f"{request.base_url}{repo}/commit/abc123", "commitOid": "a" * 40, "pullRequestUrl": None}
+            )
+        return JSONResponse({"error": f"not served by the fake: {request.method} {path}"}, status_code=404)
+
+    return Starlette(routes=[Route("/{path:path}", handle, methods=["GET", "POST", "PUT", "HEAD", "DELETE"])])
+
+
+class HubServer:
+    """`with HubServer(token) as hub:`; point HF_ENDPOINT at hub.base_url."""
+
+    def __init__(self, token: str) -> None:
+        import uvicorn
+
+        self.wire = HubWire(token=token)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        config = uvicorn.Config(build_app(self.wire), log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name="fake-hub", daemon=True
+        )
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the fake Hub did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(5)
+        self._sock.close()
