@@ -45,6 +45,14 @@ def gate(settings: Settings, estimate: Estimate, cap: float | None, what: str, a
                 f"Nothing was started: max_cost_usd is ${cap:g} but the cost of {what} cannot be estimated: "
                 f"{estimate.problem}. Fix the pricing file (MCP_RL_PRICING_FILE) so the cap can be enforced."
             )
+        first_step = estimate.step_usd.get("low")
+        if first_step is not None and first_step > cap:
+            # Even the cheapest first step would pass the cap: refuse rather than overspend once.
+            raise UserError(
+                f"Nothing was started: max_cost_usd ${cap:g} is less than one step of {what} is estimated to cost "
+                f"(${fmt(first_step)}-${fmt(estimate.step_usd.get('high'))} per step; {estimate.summary()}). "
+                f"Raise it, e.g. {accept_call.format(cap=f'{suggested_cap(estimate):g}')} for the whole run."
+            )
         return Gate(False)
     high = estimate.high()
     threshold = settings.confirm_above_usd

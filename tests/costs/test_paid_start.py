@@ -96,6 +96,13 @@ async def test_a_cap_is_what_accepts_the_estimate_and_bad_caps_are_refused(home:
         assert result.structured_content["started"] is False
         assert "config changed since revision 'stale'" in result.content[0].text
         assert asked == []  # a capped start is never asked about
+        # A cap below even the cheapest step is refused with the estimate, not overspent once.
+        edit = await client.call_tool("rl_edit_config", {"field": "max_cost_usd", "value": 1e-6})
+        assert not edit.is_error, edit.content
+        result = await client.call_tool("rl_start_training", {})
+        assert result.is_error and "less than one step" in result.content[0].text
+        assert 'rl_edit_config("max_cost_usd", ' in result.content[0].text
+        assert runs(home) == [] and asked == []
 
 
 async def test_a_local_run_is_free_and_never_asked_about(home: Path) -> None:
