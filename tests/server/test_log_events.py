@@ -95,3 +95,59 @@ async def test_a_client_that_sets_no_level_is_sent_nothing(home: Path) -> None:
         assert listed["runs"][0]["status"] == "completed"
         await anyio.sleep(1.0)
     assert received == []
+
+
+def _summary(test_id: str, state: str) -> str:
+    from mcp_rl.inference_test.models import InferenceTestResult
+
+    return InferenceTestResult.model_validate(
+        {
+            "test_id": test_id,
+            "state": state,
+            "environment": "counting",
+            "environment_file": "counting.py",
+            "test_config": {
+                "num_steps": 1,
+                "group_size": 2,
+                "rollouts_per_model": 2,
+                "total_rollouts": 2,
+                "max_parallel": 1,
+                "model_timeout_s": 60,
+            },
+            "models_tested": [],
+            "summary": {
+                "steps_requested": 1,
+                "models_tested": 1,
+                "models_finished": 1 if state != "running" else 0,
+                "models_succeeded": 1 if state == "completed" else 0,
+                "best_model": "local" if state == "completed" else None,
+                "avg_accuracy": 0.5 if state == "completed" else None,
+                "environment_working": True if state == "completed" else None,
+                "output_directory": "x",
+            },
+            "started_at": 0.0,
+            "elapsed_s": 1.0,
+            "message": "",
+            "resource": f"rl://tests/{test_id}",
+        }
+    ).model_dump_json()
+
+
+def test_a_finished_smoke_test_is_told_once_at_info_and_a_failed_one_at_warning(home: Path) -> None:
+    from mcp_rl.server.log_events import EventWatch
+
+    settings = Settings.from_env(make_env(home))
+    tests_dir = settings.tests_dir
+    for test_id in ("20990101-000000-aaaaaa", "20990101-000001-bbbbbb"):
+        (tests_dir / test_id).mkdir(parents=True)
+        (tests_dir / test_id / "test.json").write_text("{}")
+        (tests_dir / test_id / "summary.json").write_text(_summary(test_id, "running"))
+    watch = EventWatch(settings)
+    assert watch.poll() == []  # the baseline
+    (tests_dir / "20990101-000000-aaaaaa" / "summary.json").write_text(_summary("20990101-000000-aaaaaa", "completed"))
+    (tests_dir / "20990101-000001-bbbbbb" / "summary.json").write_text(_summary("20990101-000001-bbbbbb", "failed"))
+    done, failed = watch.poll()
+    assert done.level == "info" and done.data["event"] == "smoke_test_completed" and done.data["best_model"] == "local"
+    assert "environment working: yes" in done.text and "rl_get_test_result" in done.text
+    assert failed.level == "warning" and failed.data["event"] == "smoke_test_failed"
+    assert watch.poll() == []  # told once
