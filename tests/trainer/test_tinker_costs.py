@@ -54,8 +54,9 @@ def test_the_meter_counts_what_the_server_received_and_generated(tokenizer_dir: 
 async def test_a_run_reports_the_servers_tokens_and_ends_at_its_cost_cap_with_the_checkpoint_kept(
     tmp_path: Path, tokenizer_dir: str
 ) -> None:
-    # A step of 4 sequences of 5 input tokens costs 20 trained tokens: $8.8e-6 at Qwen3-8B's
-    # rate, so a $1.5e-5 cap lets one step through and stops before the second would pass it.
+    # A step trains 4 sequences of 5 input tokens (20 trained tokens, $8.8e-6 at Qwen3-8B's rate)
+    # plus whatever was sampled before it: a $1.5e-5 cap is less than two such steps, so the run
+    # ends after its first step, before the second would pass it.
     config = _tinker_config(tmp_path, tokenizer_dir, num_steps=3, batch_size=4, group_size=2, run_id="costcap")
     config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"max_cost_usd": 1.5e-5})})
     api_url = f"http://127.0.0.1:{config.ports.api}"
@@ -83,15 +84,23 @@ async def test_a_run_reports_the_servers_tokens_and_ends_at_its_cost_cap_with_th
     finally:
         api.stop()
 
-    lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
+    # Training steps' lines (a step-0 line of the base model's evaluation may come first).
+    lines = [m for m in map(json.loads, config.paths.metrics.read_text().splitlines()) if m["step"] >= 1]
     assert [m["step"] for m in lines] == [1]
     line = lines[0]
     received = sum(len(d["target_tokens"]) for d in wire.forward_backward[0]["datums"])
     assert line[COST_TRAINED_TOKENS_KEY] == received == 20
-    assert line[COST_SAMPLED_TOKENS_KEY] == 0 and line[COST_PREFILL_TOKENS_KEY] == 0  # groups posted, not sampled
+    # The groups were posted, not sampled: what Tinker sampled before the step (the base model's
+    # held-out evaluation, when the environment has one) is the step's sampling.
+    before = [x for x in wire.samples if x["arrived"] < wire.forward_backward[0]["arrived"]]
+    assert line[COST_SAMPLED_TOKENS_KEY] == sum(x["sampled_tokens"] for x in before)
+    assert line[COST_PREFILL_TOKENS_KEY] == sum(len(x["prompt"]) for x in before)
     rates = tinker_rates(settings, config.trainer.base_model).rates
     assert rates is not None
-    assert line[COST_STEP_USD_KEY] == pytest.approx(20 * rates.train / 1e6)
+    step_tokens = (line[COST_PREFILL_TOKENS_KEY], line[COST_SAMPLED_TOKENS_KEY], 20)
+    assert line[COST_STEP_USD_KEY] == pytest.approx(
+        (step_tokens[0] * rates.prefill + step_tokens[1] * rates.sample + step_tokens[2] * rates.train) / 1e6
+    )
     assert line[COST_TOTAL_USD_KEY] == pytest.approx(line[COST_STEP_USD_KEY])
 
     status = json.loads(config.paths.trainer_status.read_text())
