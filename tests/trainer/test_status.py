@@ -30,6 +30,7 @@ def test_records_have_the_brief_formats(tmp_path: Path) -> None:
         "wandb_url",
         "model_wait_s",
         "startup",
+        "stop_cause",
     }
     assert status["phase"] == "training" and status["num_steps"] == 5 and status["heartbeat"] > 0
 
