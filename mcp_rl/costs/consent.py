@@ -58,23 +58,26 @@ def gate(settings: Settings, estimate: Estimate, cap: float | None, what: str, a
     threshold = settings.confirm_above_usd
     if high is not None and high <= threshold:
         return Gate(False)
-    amount = f"${fmt(high)}" if high is not None else "unknown"
+    amount = f"${fmt(high)}"
     question = (
         f"{what} is paid work: {estimate.summary()} That is {'above' if high is not None else 'not known to be under'} "
         f"the ${threshold:g} asked about without a cap (MCP_RL_CONFIRM_ABOVE_USD). Start it without a cost cap?"
     )
     cap_hint = suggested_cap(estimate) if high is not None else None
-    refusal = (
-        f"Not started: {what} is estimated at {amount} at most (estimated; {estimate.summary()}), above the "
-        f"${threshold:g} that needs a yes (MCP_RL_CONFIRM_ABOVE_USD), and no max_cost_usd is set. Nothing was "
-        f"changed. Show the person this estimate; to accept it, set a cap: "
-        + (
+    if cap_hint is not None:
+        refusal = (
+            f"Not started: {what} is estimated at {amount} at most ({estimate.summary()}), above the "
+            f"${threshold:g} that needs a yes (MCP_RL_CONFIRM_ABOVE_USD), and no max_cost_usd is set. Nothing was "
+            f"changed. Show the person this estimate; to accept it, set a cap: "
             f"{accept_call.format(cap=f'{cap_hint:g}')} (or a smaller amount: the work stops before passing it), "
             "then start again."
-            if cap_hint is not None
-            else f"{accept_call.format(cap='<USD>')} once the pricing file can price the model, then start again."
         )
-    )
+    else:
+        refusal = (
+            f"Not started: {what} is paid work whose cost cannot be estimated ({estimate.summary()}), and no "
+            "max_cost_usd is set. Nothing was changed. Add the model's rates to your pricing file "
+            f"(MCP_RL_PRICING_FILE), then set a cap with {accept_call.format(cap='<USD>')} and start again."
+        )
     return Gate(True, question=question, refusal=refusal)
 
 

@@ -75,3 +75,20 @@ def test_a_table_that_cannot_price_the_model_makes_the_estimate_unknown(
 def test_a_local_run_is_free(tmp_path: Path) -> None:
     estimate = estimate_run(RunShape(**{**SHAPE.__dict__, "backend": "local"}), None)
     assert estimate.free and estimate.high() == 0.0 and estimate.summary().startswith("$0")
+
+
+def test_an_unpriced_paid_start_needs_a_yes_and_a_cap_on_it_cannot_be_enforced(tmp_path: Path) -> None:
+    from mcp_rl.costs.consent import gate
+    from mcp_rl.errors import UserError
+
+    model = "moonshotai/Kimi-K2-Thinking"
+    estimate = estimate_run(RunShape(**{**SHAPE.__dict__, "model": model}), tinker_rates(settings(tmp_path), model))
+    decision = gate(settings(tmp_path), estimate, None, "Training x", 'rl_edit_config("max_cost_usd", {cap})')
+    assert (
+        decision.needs_yes and "cannot be estimated" in decision.refusal and "MCP_RL_PRICING_FILE" in decision.refusal
+    )
+    with pytest.raises(UserError, match="cannot be estimated"):
+        gate(settings(tmp_path), estimate, 10.0, "Training x", 'rl_edit_config("max_cost_usd", {cap})')
+    # Priced and under the threshold: no yes needed.
+    cheap = estimate_run(SHAPE, tinker_rates(settings(tmp_path), "Qwen/Qwen3-8B"))
+    assert not gate(settings(tmp_path), cheap, None, "Training x", "{cap}").needs_yes
