@@ -6,6 +6,7 @@
     mcp-rl doctor [--offline] [--json]
     mcp-rl runs list|status|logs|stop ...
     mcp-rl serve-model RUN_ID [--step N] [--detach] | --list | --stop SERVE_ID
+    mcp-rl export RUN_ID [--step N] [--format adapter|merged] [--dest DIR] [--push-to-hub REPO]
 
 This module only parses arguments and dispatches; the work lives in the modules it names, each
 imported by the command that uses it (`serve` must not pay for the demo's MCP client, the doctor,
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from mcp_rl.server import build_server  # each command imports what it uses (see above)
+    # Each command imports what it uses (see the module's docstring).
+    from mcp_rl.server import build_server
     from mcp_rl.settings import Settings
 
     if args.transport == "stdio":
@@ -52,7 +54,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from mcp_rl import runs_cli  # each command imports what it uses
+    # Each command imports what it uses (see the module's docstring).
+    from mcp_rl import runs_cli
     from mcp_rl.settings import Settings
 
     settings = Settings.from_env()
@@ -78,6 +81,14 @@ def _serve_model(args: argparse.Namespace) -> int:
     from mcp_rl.settings import Settings
 
     return cmd_serve(Settings.from_env(), args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    # only this command needs the export jobs (the worker imports torch, tinker, the hub)
+    from mcp_rl.settings import Settings
+    from mcp_rl.weights.cli import cmd_export
+
+    return cmd_export(Settings.from_env(), args)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -143,6 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--stop", metavar="SERVE_ID", default=None, help="stop a model served in the background")
     served.add_argument("--json", action="store_true", help="print one JSON object")
     served.set_defaults(func=_serve_model)
+
+    exported = sub.add_parser(
+        "export",
+        help="Export a run's trained weights: a PEFT adapter or a merged Hugging Face model (optionally to the Hub).",
+        description="Export a run's weights into a folder (default runs/<id>/exports/step_<N>-<format>). "
+        "Tinker runs: the checkpoint is downloaded through the Tinker SDK first (a short Tinker session). "
+        "--push-to-hub uses HF_TOKEN or your `hf auth login`, private repo.",
+    )
+    exported.add_argument("run_id", help="the run (mcp-rl runs list)")
+    exported.add_argument("--step", type=int, default=None, help="a saved step (default: the newest)")
+    exported.add_argument("--format", choices=["adapter", "merged"], default="adapter")
+    exported.add_argument("--dest", default=None, help="destination folder (refused if it exists, unless --overwrite)")
+    exported.add_argument("--push-to-hub", default=None, metavar="REPO", help="also push to this Hub repo (user/name)")
+    exported.add_argument("--overwrite", action="store_true", help="replace an existing destination")
+    exported.add_argument("--json", action="store_true", help="print the result as JSON")
+    exported.set_defaults(func=_export)
 
     runs = sub.add_parser("runs", help="List, inspect, read logs of and stop training runs.")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
