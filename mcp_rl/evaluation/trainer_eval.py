@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 # Prompts per sample_batch call of a local model (one decode loop; the batcher's own limit).
 LOCAL_CHUNK = 64
+# Prompts per batch of a local model's greedy path (one forward each; a few hundred MB at most).
+GREEDY_CHUNK = 256
 # Requests in flight at once through a sampler without sample_batch (remote, or the batcher).
 CONCURRENT_REQUESTS = 16
 
@@ -120,6 +122,13 @@ def sample_completions(sampler: Sampler, items: HeldOutSet) -> list[str]:
                 seed=0,
             )
         )
+    greedy = getattr(sampler, "sample_greedy", None)
+    if greedy is not None and items.temperature == 0:
+        prompts = [r.prompt_tokens for r in requests]
+        outputs = []
+        for i in range(0, len(prompts), GREEDY_CHUNK):
+            outputs.extend(greedy(prompts[i : i + GREEDY_CHUNK], items.max_tokens))
+        return [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in outputs]
     batch = getattr(sampler, "sample_batch", None)
     if batch is not None and not getattr(sampler, "remote", False):
         results = []

@@ -155,6 +155,15 @@ class LocalBackend(TrainingBackend):
                 return [self._decode([r], [p])[0] for r, p in zip(requests, prefills, strict=True)]
             return self._decode(requests, prefills)
 
+    def sample_greedy(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Greedy completions of many prompts in one batch (held-out evaluation): their shared
+        prefix computed once, one forward for the rest (mcp_rl.evaluation.local_greedy)."""
+        from mcp_rl.evaluation.local_greedy import greedy_completions  # only evaluations need it
+
+        weights = self._weights.shared() if self.sample_beside_training else self._weights.exclusive()
+        with self._sampling, weights, self._torch.no_grad():
+            return greedy_completions(self.model, prompts, max_tokens, self.eos_ids, self.device)
+
     def _prefill(self, request: SamplingRequest) -> tuple[Any, Any]:
         """(KV cache of the prompt, logits after it), through the prompt cache: a prompt that
         extends a recent one (the next turn of an episode, the shared instructions of a
