@@ -1,0 +1,39 @@
+"""`mcp-rl export RUN_ID [--step N] [--format adapter|merged] [--dest DIR] [--push-to-hub REPO]
+[--overwrite] [--json]`: the same export as rl_export_weights, waited for in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from mcp_rl.settings import Settings
+from mcp_rl.weights import jobs
+from mcp_rl.weights.jobs import ExportState
+
+POLL_S = 0.5
+
+
+def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    status = jobs.start(
+        settings,
+        args.run_id,
+        step=args.step,
+        format=args.format,
+        dest=args.dest,
+        push_to_hub=args.push_to_hub,
+        overwrite=args.overwrite,
+    )
+    tinker = jobs.spec_of(settings, status.export_id).weights.startswith("tinker://")
+    if tinker:
+        print("Downloading from Tinker starts a short Tinker session on the base model.", file=sys.stderr)
+    phase = None
+    while status.state == ExportState.RUNNING:
+        if status.phase != phase:
+            phase = status.phase
+            print(f"  {phase}", file=sys.stderr)
+        time.sleep(POLL_S)
+        status = jobs.read_status(settings, status.export_id)
+    status.message = jobs.describe(status, tinker)
+    print(status.model_dump_json(indent=2) if args.json else status.message)
+    return 0 if status.state == ExportState.DONE else 1
