@@ -118,7 +118,7 @@ def start(
         run_dir=run.run_dir,
         step=record.step,
         weights=record.path,
-        format=format,  # type: ignore[arg-type]
+        format=format,
         dest=target,
         overwrite=overwrite,
         base_model=t.base_model,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
@@ -95,7 +95,7 @@ def download_checkpoint(settings: Settings, tinker_path: str, dest: Path, progre
     key = settings.tinker_api_key.get_secret_value()
     service = tinker.ServiceClient(api_key=key, base_url=settings.tinker_base_url)
     rest = tinker.RestClient(api_key=key, base_url=settings.tinker_base_url)
-    status = "errored"
+    status: Literal["success", "errored"] = "errored"
     try:
         progress(f"starting a short Tinker session to export {tinker_path}")
         training = service.create_training_client_from_state(
