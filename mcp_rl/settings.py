@@ -374,6 +374,7 @@ class Settings(BaseModel):
             ("TINKER_API_KEY", self.tinker_api_key),
             ("WANDB_API_KEY", self.wandb_api_key),
             ("OPENROUTER_API_KEY", self.openrouter_api_key),
+            ("HF_TOKEN", self.hf_token),
         ):
             if secret is not None:
                 env[name] = secret.get_secret_value()

@@ -140,7 +140,10 @@ def start(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=settings.child_env(),
+            # The worker's Settings must name the same Tinker as ours (a test's loopback one).
+            env=settings.child_env(
+                **({"TINKER_BASE_URL": settings.tinker_base_url} if settings.tinker_base_url else {})
+            ),
             start_new_session=True,
         )
     status.pid = proc.pid

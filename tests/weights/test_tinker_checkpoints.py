@@ -160,3 +160,31 @@ def test_the_worker_exports_a_tinker_checkpoint_as_an_adapter(home: Path, tokeni
     assert config["base_model_name_or_path"] == str(tokenizer)  # filled in, as push-hf does
     assert (dest / "adapter_model.safetensors").read_bytes() == b"fake-safetensors-bytes"
     assert not [p for p in home.iterdir() if p.name.startswith(".out")]  # scratch and partial removed
+
+
+@pytest.mark.anyio
+async def test_rl_export_weights_of_a_tinker_run_through_the_tools(home: Path, tokenizer: Path) -> None:
+    from mcp import Client
+
+    from mcp_rl.server.app import build_server
+    from tests.mcp_helpers import ok
+
+    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        _write_run_yaml(settings, tokenizer)
+        async with Client(build_server(settings)) as client:
+            bad = await client.call_tool("rl_export_weights", {"run_id": "tk1", "format": "gguf"})
+            assert bad.is_error and "format" in bad.content[0].text
+            status = await ok(client, "rl_export_weights", {"run_id": "tk1", "format": "adapter"})
+            for _ in range(10):
+                if status["state"] != "running":
+                    break
+                assert "short Tinker session" in status["message"]
+                status = await ok(client, "rl_get_export_result", {"export_id": status["export_id"], "wait_s": 20})
+        assert status["state"] == "done", status
+        dest = Path(status["result"]["dest"])
+        assert dest == settings.runs_dir / "tk1" / "exports" / "step_000004-adapter"
+        assert (dest / "adapter_model.safetensors").read_bytes() == server.wire.export_files[
+            "adapter_model.safetensors"
+        ]
+        assert server.wire.loads[-1]["path"] == paths[2]
