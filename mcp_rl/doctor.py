@@ -222,7 +222,13 @@ def check_ports(http_port: int = HTTP_DEFAULT_PORT) -> Check:
 
 
 def check_keys(settings: Settings) -> Check:
-    held = (settings.tinker_api_key, settings.wandb_api_key, settings.openrouter_api_key, settings.http_token)
+    held = (
+        settings.tinker_api_key,
+        settings.wandb_api_key,
+        settings.openrouter_api_key,
+        settings.http_token,
+        settings.hf_token,
+    )
     placeholders = set(settings.placeholder_env_vars)
 
     def said(name: str, key: object) -> str:
