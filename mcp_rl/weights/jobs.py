@@ -141,9 +141,7 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
             # The worker's Settings must name the same Tinker as ours (a test's loopback one).
-            env=settings.child_env(
-                **({"TINKER_BASE_URL": settings.tinker_base_url} if settings.tinker_base_url else {})
-            ),
+            env=_worker_env(settings),
             start_new_session=True,
         )
     status.pid = proc.pid
@@ -157,6 +155,14 @@ def start(
         current.pid, current.pid_started_at = status.pid, status.pid_started_at
         write_status(job_dir, current)
     return current
+
+
+def _worker_env(settings: Settings) -> dict[str, str]:
+    """The worker's environment: ours, with the keys by name and the same Tinker address."""
+    env = settings.child_env()
+    if settings.tinker_base_url:
+        env["TINKER_BASE_URL"] = settings.tinker_base_url
+    return env
 
 
 def describe(status: ExportStatus, tinker: bool) -> str:
