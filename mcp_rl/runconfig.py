@@ -86,6 +86,10 @@ class TrainerSettings(BaseModel):
     api_unreachable_timeout_s: float = Field(default=60.0, gt=0)
     seed: int = 0
     resume: bool = True
+    # A kept checkpoint of an earlier run (same base model and LoRA rank) to start from: its
+    # local checkpoint folder or tinker:// state path (mcp_rl.weights.checkpoints.resolve_init).
+    # Used only while this run has no state of its own; the run counts its steps from 0.
+    init_from: str | None = None
     wandb: WandbSettings = WandbSettings()
 
 

@@ -234,6 +234,9 @@ class Trainer:
             start_step = state.step
             self.last_state_step = state.step
             self.recorder.update(resume_state=state.path, step=start_step)
+        elif self.t.init_from:
+            log.info("starting from %s (a checkpoint of an earlier run)", self.t.init_from)
+            await asyncio.to_thread(self.backend.load_state, self.t.init_from)
         if start_step >= self.t.num_steps:
             raise RuntimeError(
                 f"the run already reached step {start_step} of {self.t.num_steps}; nothing left to train"

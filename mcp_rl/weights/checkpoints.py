@@ -252,6 +252,25 @@ def delete(settings: Settings, run_id: str, step: int) -> CheckpointList:
     return list_checkpoints(settings, run_id)
 
 
+def resolve_init(settings: Settings, run_id: str, step: int | None, base_model: str, lora_rank: int) -> str:
+    """The state checkpoint of an earlier run a new run starts from (TrainerSettings.init_from):
+    `step`'s, or the newest; same base model and LoRA rank, still on disk (local)."""
+    run = load_run(settings, run_id)
+    t = run.config.trainer
+    if t.base_model != base_model or t.lora_rank != lora_rank:
+        raise UserError(
+            f"run {run_id} trained {t.base_model} with LoRA rank {t.lora_rank}; a run of {base_model} with rank "
+            f"{lora_rank} cannot start from it"
+        )
+    states = [r for r in current_records(run) if r.kind == "state" and (step is None or r.step == step)]
+    if "://" not in (states[-1].path if states else "://"):
+        states = [r for r in states if (Path(r.path) / "trainer_state.pt").is_file()]
+    if not states:
+        steps = sorted({r.step for r in current_records(run) if r.kind == "state"})
+        raise NotFound(f"run {run_id} has no resumable checkpoint at step {step}; resumable steps: {steps}")
+    return max(states, key=lambda r: r.step).path
+
+
 def weights_for_export(run: Run, step: int | None) -> CheckpointRecord:
     """The weights record to export: `step`'s, or the newest (final first)."""
     records = [r for r in current_records(run) if r.kind == "sampler" or "://" in r.path]

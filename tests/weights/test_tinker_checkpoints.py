@@ -188,3 +188,36 @@ async def test_rl_export_weights_of_a_tinker_run_through_the_tools(home: Path, t
             "adapter_model.safetensors"
         ]
         assert server.wire.loads[-1]["path"] == paths[2]
+
+
+@pytest.mark.anyio
+async def test_a_new_run_starts_from_a_kept_checkpoint_of_an_earlier_run(home: Path, tokenizer: Path) -> None:
+    import tinker
+
+    from mcp_rl.rundir import TrainerPhase
+    from mcp_rl.trainer.backends.tinker import TinkerBackend
+    from mcp_rl.trainer.loop import Trainer
+
+    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        _write_run_yaml(settings, tokenizer)
+        with pytest.raises(UserError, match="cannot start from it"):
+            checkpoints.resolve_init(settings, "tk1", None, "other/model", 8)
+        with pytest.raises(UserError, match="no resumable checkpoint at step 3"):
+            checkpoints.resolve_init(settings, "tk1", 3, MODEL, 8)
+        start = checkpoints.resolve_init(settings, "tk1", 2, MODEL, 8)
+        assert start == paths[0]
+        config = arithmetic_run_config(home / "run2", tokenizer, run_id="tk2")
+        trainer_settings = config.trainer.model_copy(
+            update={"backend": "tinker", "base_model": MODEL, "init_from": start}
+        )
+        config = config.model_copy(update={"trainer": trainer_settings})
+        service = tinker.ServiceClient(base_url=server.base_url, api_key=API_KEY)
+        trainer = Trainer(
+            config, settings, lambda c, s: TinkerBackend(service, base_model=MODEL, lora_rank=8, tokenizer=None)
+        )
+        config.paths.run_dir.mkdir(parents=True)
+        trainer.recorder.update(phase=TrainerPhase.STARTING)
+        assert await trainer._load() == 0
+        assert server.wire.loads[-1]["path"] == start and not server.wire.created[1:]
+        trainer.backend.close("interrupted")
