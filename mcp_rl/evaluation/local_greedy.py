@@ -39,6 +39,8 @@ def greedy_completions(
         return []
     if any(not p for p in prompts):
         raise ValueError("empty prompt")
+    if max_tokens <= 0:
+        return [[] for _ in prompts]
     rows = len(prompts)
     shared = shared_prefix_length(prompts)
     cache = None
@@ -66,16 +68,24 @@ def greedy_completions(
     next_position = (shared + lengths).to(device)
     stops = set(stop_ids)
     tokens: list[list[int]] = [[] for _ in range(rows)]
-    done = [max_tokens <= 0] * rows
+    live = list(range(rows))  # the batch's rows, as prompt indices
     for step in range(max_tokens):
         picked = logits.argmax(dim=-1)
-        for r, token in enumerate(picked.tolist()):
-            if not done[r]:
-                tokens[r].append(int(token))
-                done[r] = token in stops
-        if all(done) or step == max_tokens - 1:
+        keep = []
+        for i, token in enumerate(picked.tolist()):
+            tokens[live[i]].append(int(token))
+            if token not in stops:
+                keep.append(i)
+        if not keep or step == max_tokens - 1:
             break
-        mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.long, device=device)], dim=1)
+        if len(keep) < len(live):
+            # Most answers are short: finished rows leave the batch (every decode step of a
+            # row costs a pass through the weights' matmuls).
+            index = torch.tensor(keep, device=device)
+            cache.batch_select_indices(index)
+            mask, picked, next_position = mask[index], picked[index], next_position[index]
+            live = [live[i] for i in keep]
+        mask = torch.cat([mask, torch.ones(len(live), 1, dtype=torch.long, device=device)], dim=1)
         out = model(
             input_ids=picked[:, None],
             attention_mask=mask,
