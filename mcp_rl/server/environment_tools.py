@@ -357,8 +357,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
             reason = clip_message(str(exc))
             session = await anyio.to_thread.run_sync(service.store.read)
             return EditAnswer(
-                message=f"Refused: {reason}",
-                field=field,
+                message="Refused, nothing changed: see `refused` for why and what is valid.",
+                field=field if len(field) <= 200 else clip_message(field, 200),  # never echo a huge input back
                 value=None,
                 applied=False,
                 refused=reason,
