@@ -126,6 +126,11 @@ async def test_openrouter_models_in_parallel_with_a_malformed_and_a_failing_one(
     assert good["total_completions"] == 8 and good["correct_completions"] == 4
     assert good["accuracy"] == 0.5 and good["steps_with_correct"] == 2
     assert good["score_std"] > 0
+    # The estimate stated before the first request, and what the provider reported after (issue 26).
+    estimate = result["test_config"]["cost_estimates"][GOOD]
+    assert estimate.startswith("estimated at most $")
+    most = float(estimate.split("$")[1].split(":")[0])
+    assert 0 < good["usage"]["cost_usd"] <= most
     assert len(good["samples"]) == 2 and {s["score"] > 0 for s in good["samples"]} == {True, False}
     assert all(s["prompt"] and s["completion"] for s in good["samples"])
     assert Path(good["output_file"]).is_file() and Path(good["html_file"]).is_file()
