@@ -48,7 +48,7 @@ def test_records_have_the_brief_formats(tmp_path: Path) -> None:
     recs = read_checkpoints(paths.checkpoints_index).records
     assert [(r.step, r.kind, r.final) for r in recs] == [(2, "state", False), (2, "sampler", False), (4, "state", True)]
     raw = json.loads(paths.checkpoints_index.read_text().splitlines()[0])
-    assert set(raw) == {"step", "kind", "path", "time", "final"}
+    assert set(raw) == {"step", "kind", "path", "time", "final", "kept", "expires_at"}
     latest = last_state(paths.checkpoints_index)
     assert latest is not None and latest.path == "/x/step_4"
 
