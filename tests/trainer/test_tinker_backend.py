@@ -321,7 +321,10 @@ async def test_trainer_run_on_the_wire_records_saved_paths_and_finishes_the_sess
         }
         assert status["final_weights"] == records[3]["path"]
         lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
-        assert [m["step"] for m in lines] == [1, 2, 3]
+        # Step 0 is the base model's held-out evaluation (issue 24), before any training.
+        assert [m["step"] for m in lines] == [0, 1, 2, 3]
+        assert "eval/score" in lines[0] and "reward/mean" not in lines[0], lines[0]
+        lines = lines[1:]
         assert sum(m["reward/mean"] for m in lines) == pytest.approx((0.5 + 0.5 + 1.0 + 0.5 + 0.5 + 0.0) / 2)
         assert len(wire.forward_backward) == 3 and len(wire.optim_steps) == 3
         assert all(o["undelivered_fwd_bwd"] for o in wire.optim_steps)
