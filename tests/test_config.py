@@ -387,12 +387,12 @@ def test_the_arithmetic_config_class_refuses_min_above_max_at_edit_time(home: Pa
         svc.select("arithmetic")
         before = settings.session_file.read_bytes()
         with pytest.raises(
-            UserError, match=r"min_operand \(20\) must not exceed max_operand \(9\).*Nothing was changed"
+            UserError, match=r"min_operand \(21\) must not exceed max_operand \(20\).*Nothing was changed"
         ):
-            svc.edit("min_operand", 20)
+            svc.edit("min_operand", 21)
         assert settings.session_file.read_bytes() == before
         svc.edit("max_operand", 30)
-        assert svc.edit("min_operand", 20).value == 20
+        assert svc.edit("min_operand", 21).value == 21
     finally:
         svc.close()
     one_shot = EnvironmentService(Settings.from_env(make_env(home)))

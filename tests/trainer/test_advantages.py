@@ -162,7 +162,9 @@ def test_mean_center_only_centres_and_group_std_scales() -> None:
     scaled, _ = build_examples([group], normalization="group_std")
     assert [e.advantages[-1] for e in centred] == pytest.approx([0.75, -0.25, -0.25, -0.25])
     std = math.sqrt(0.75 * 0.25)
-    assert [e.advantages[-1] for e in scaled] == pytest.approx([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std], abs=1e-4)
+    assert [e.advantages[-1] for e in scaled] == pytest.approx(
+        [0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std], abs=1e-4
+    )
     with pytest.raises(ValueError, match="advantage_normalization"):
         build_examples([group], normalization="rank")
 

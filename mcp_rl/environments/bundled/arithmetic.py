@@ -87,7 +87,7 @@ def make_problems(config: ArithmeticEnvConfig) -> tuple[list[dict[str, Any]], li
     training problems (a held-out problem the prompt answers is not held out)."""
     ops = [o for o in config.operations if o in "+-*"] or ["+"]
     lo, hi = config.min_operand, max(config.min_operand, config.max_operand)
-    problems = [
+    problems: list[dict[str, Any]] = [
         {"a": a, "op": op, "b": b, "answer": answer_of(a, op, b)}
         for op in ops
         for a in range(lo, hi + 1)
