@@ -84,6 +84,12 @@ class RunOptions(BaseModel):
         description="Paid backends: end the run (stopped, checkpoint kept) before a step would pass this estimated "
         "USD spend. None: no cap.",
     )
+    start_from: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]{1,64}(@[0-9]{1,9})?$",
+        description="RUN_ID or RUN_ID@STEP: start from that earlier run's checkpoint (its newest, or STEP's; same "
+        "base model and LoRA rank) instead of the base model. None: the base model.",
+    )
     advantage_normalization: Literal["group_std", "mean_center"] = Field(
         "group_std",
         description="GRPO advantages: group_std divides each group's centred scores by their std; mean_center only "
@@ -568,7 +574,7 @@ def edit_config(
             new_options = dict(session.run_options)
             new_options[field] = (
                 _coerce(value)
-                if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend")
+                if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend", "start_from")
                 else value
             )
             try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from mcp_rl import processes
-from mcp_rl.config import build_run_config
+from mcp_rl.config import Session, build_run_config, resolve_run_options
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
 from mcp_rl.evaluation.summary import held_out_summary
@@ -106,6 +106,20 @@ def _get_run(registry: Registry, run_id: str) -> RunRecord:
 
 
 # --- start ---------------------------------------------------------------------------------
+def _with_start_checkpoint(settings: Settings, session: Session, config: RunConfig) -> RunConfig:
+    """The run bound to the earlier checkpoint its `start_from` option names (refused in words when
+    that run trained another model or rank, or has no resumable checkpoint there)."""
+    options, _ = resolve_run_options(settings, session.run_options, session.environment)
+    if not options.start_from:
+        return config
+    from mcp_rl.weights.checkpoints import resolve_init  # only runs that start from a checkpoint need it
+
+    run_id, _, step = options.start_from.partition("@")
+    t = config.trainer
+    path = resolve_init(settings, run_id, int(step) if step else None, t.base_model, t.lora_rank)
+    return config.model_copy(update={"trainer": t.model_copy(update={"init_from": path})})
+
+
 def start_run(settings: Settings, environments: EnvironmentService | None = None) -> RunStarted:
     """Validate the session's environment and config, write run.yaml, launch a supervisor.
 
@@ -116,6 +130,7 @@ def start_run(settings: Settings, environments: EnvironmentService | None = None
     registry = registry_for(settings)
     run_id = _new_run_id(registry)
     config = build_run_config(settings, session, spec, run_id)
+    config = _with_start_checkpoint(settings, session, config)
     _validate(config, settings)
 
     run_dir = config.paths.run_dir

@@ -221,3 +221,46 @@ async def test_a_new_run_starts_from_a_kept_checkpoint_of_an_earlier_run(home: P
         assert await trainer._load() == 0
         assert server.wire.loads[-1]["path"] == start and not server.wire.created[1:]
         trainer.backend.close("interrupted")
+
+
+def test_the_start_from_run_option_binds_a_new_run_to_the_earlier_checkpoint(home: Path, tokenizer: Path) -> None:
+    from mcp_rl.config import RunOptions, Session
+    from mcp_rl.supervisor.service import _with_start_checkpoint
+
+    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+        settings, paths = _setup(home, server, tokenizer)
+        _write_run_yaml(settings, tokenizer)
+    config = arithmetic_run_config(home / "run2", tokenizer, run_id="tk2")
+    config = config.model_copy(
+        update={"trainer": config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})}
+    )
+    lora_rank = config.trainer.lora_rank
+
+    def bound(start_from: str | None) -> str | None:
+        session = Session(run_options={"backend": "tinker", "lora_rank": lora_rank, "start_from": start_from})
+        return _with_start_checkpoint(settings, session, config).trainer.init_from
+
+    assert bound(None) is None
+    assert bound("tk1@2") == paths[0]  # step 2's state checkpoint
+    assert bound("tk1") == paths[2]  # the newest: step 4's
+    with pytest.raises(UserError, match="no resumable checkpoint at step 3"):
+        bound("tk1@3")
+    with pytest.raises(Exception, match="tk9"):
+        bound("tk9")
+    # A malformed reference is refused by the option itself, before any run is looked at.
+    with pytest.raises(ValueError, match="start_from"):
+        RunOptions.model_validate(
+            {
+                "base_model": "x",
+                "total_steps": 1,
+                "batch_size": 1,
+                "lora_rank": 1,
+                "learning_rate": 0.1,
+                "adam_beta1": 0.9,
+                "adam_beta2": 0.9,
+                "max_token_trainer_length": 16,
+                "save_checkpoint_interval": 0,
+                "wandb_project": "p",
+                "start_from": "../etc@x",
+            }
+        )
