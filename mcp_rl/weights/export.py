@@ -9,7 +9,6 @@ destination is replaced only when the caller asked to overwrite, after the new o
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from mcp_rl.atomic_dir import replace_dir, temp_sibling
 from mcp_rl.errors import UserError
 from mcp_rl.rundir import METRICS_FILE, read_jsonl
 
@@ -56,26 +56,6 @@ def check_dest(dest: Path, overwrite: bool) -> None:
         raise UserError(f"{dest} exists and is not a folder: choose another dest")
     if dest.exists() and not overwrite and any(dest.iterdir()):
         raise UserError(f"{dest} exists: choose another dest, or pass overwrite=true to replace it")
-
-
-def partial_sibling(dest: Path) -> Path:
-    return dest.with_name(f".{dest.name}.partial-{os.getpid()}-{time.monotonic_ns()}")
-
-
-def _install(tmp: Path, dest: Path) -> None:
-    """Put the finished folder at `dest` (an old one moved aside first, removed after)."""
-    old = None
-    if dest.exists():
-        old = partial_sibling(dest)
-        os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except BaseException:
-        if old is not None:
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def eval_figures(run_dir: Path) -> dict[str, tuple[float, float, int, int]]:
@@ -157,7 +137,7 @@ def export(spec: ExportSpec, adapter_dir: Path, progress: Progress) -> tuple[Exp
     started = time.monotonic()
     check_dest(spec.dest, spec.overwrite)
     spec.dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_sibling(spec.dest)
+    tmp = temp_sibling(spec.dest)
     tmp.mkdir()
     notes: list[str] = []
     try:
@@ -169,7 +149,7 @@ def export(spec: ExportSpec, adapter_dir: Path, progress: Progress) -> tuple[Exp
         progress("writing the tokenizer and the model card")
         _save_tokenizer(spec.base_model, tmp, notes)
         (tmp / "README.md").write_text(model_card(spec), encoding="utf-8")
-        _install(tmp, spec.dest)
+        replace_dir(tmp, spec.dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

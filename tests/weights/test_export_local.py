@@ -83,7 +83,7 @@ def test_adapter_and_merged_exports_load_and_agree(default_model: Path, adapter:
     merged_result, _ = export(_spec(default_model, adapter, tmp_path / "merged", "merged"), adapter, lambda m: None)
     assert "model.safetensors" in merged_result.files and "config.json" in merged_result.files
     assert "generation_config.json" in merged_result.files
-    assert not list(tmp_path.glob(".*partial*"))
+    assert not list(tmp_path.glob(".*.tmp-*"))
 
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "merged"))
     base = AutoModelForCausalLM.from_pretrained(str(default_model), dtype=torch.float32)

@@ -15,10 +15,10 @@ import logging
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.atomic_dir import replace_dir, temp_sibling
 from mcp_rl.trainer.backends.base import (
     AdamParams,
     ForwardBackwardResult,
@@ -426,11 +426,11 @@ class LocalBackend(TrainingBackend):
         """Always written anew: after a crash and resume, an adapter/ left by the earlier attempt
         holds older weights than the trainer_state.pt saved beside it now."""
         target = self._checkpoint_folder(name) / ADAPTER_DIR
-        tmp = _temp_sibling(target)
+        tmp = temp_sibling(target)
         try:
             with self._weights.shared():
                 self.model.save_pretrained(str(tmp))
-            _replace_dir(tmp, target)
+            replace_dir(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -444,7 +444,7 @@ class LocalBackend(TrainingBackend):
         folder = self._checkpoint_folder(name)
         self.save_sampler_weights(name)
         target = folder / STATE_FILE
-        tmp = _temp_sibling(target)
+        tmp = temp_sibling(target)
         try:
             with self._training, self._weights.shared():
                 torch.save(
@@ -500,26 +500,3 @@ def _merge_caches(caches: list[Any], counts: list[int], width: int) -> Any:
             [F.pad(v, (0, 0, p, 0)).expand(n, -1, -1, -1) for (_, v), p, n in zip(parts, pads, counts, strict=True)]
         )
     return merged
-
-
-def _replace_dir(new: Path, target: Path) -> None:
-    """Put folder `new` at `target`, replacing any folder there (moved aside first: a rename
-    cannot replace a non-empty folder; a reader sees the old or the new one, never a mix)."""
-    old = None
-    if target.exists():
-        old = _temp_sibling(target)
-        os.replace(target, old)
-    try:
-        os.replace(new, target)
-    except BaseException:
-        if old is not None:
-            os.replace(old, target)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _temp_sibling(target: Path) -> Path:
-    """A fresh temporary path next to `target` (same filesystem, so os.replace is atomic)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
