@@ -9,7 +9,9 @@ run's (pid, start time and the run's marker, see mcp_rl.processes) are ever sign
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -95,6 +97,8 @@ def observe(run: RunRecord) -> RunRecord:
     if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
         return run
     if run.state == RunState.STOPPING:
+        if stopper_at_work(run.run_dir):
+            return run  # still stopping: a stopper is ending its processes
         return run.model_copy(
             update={"state": RunState.STOPPED, "cause": "stopped on request; the supervisor was gone"}
         )
@@ -114,9 +118,28 @@ def repair_dead_runs(settings: Settings) -> list[str]:
     registry = registry_for(settings)
     repaired = []
     for run in registry.list_runs(ACTIVE_STATES):
-        if refresh(registry, run, settings) is not run:
+        if refresh(registry, run, settings).state != run.state:
             repaired.append(run.run_id)
     return repaired
+
+
+# In the run folder; held (flock) while a stopper works, released by the kernel if it dies.
+STOPPER_LOCK = ".stopper.lock"
+
+
+def stopper_at_work(run_dir: str | Path) -> bool:
+    """True while a stopper holds this run's lock (so a watcher does not start another each poll)."""
+    try:
+        fd = os.open(Path(run_dir) / STOPPER_LOCK, os.O_RDONLY)
+    except OSError:
+        return False  # no lock file: no stopper has ever worked on this run
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we took
+    return False
 
 
 def launch_stopper(settings: Settings, run: RunRecord, cause: str) -> int | None:
@@ -144,6 +167,11 @@ def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, backgroun
         return current.state if current else run.state
     if current.state == RunState.STOPPING:
         final, why = RunState.STOPPED, "stopped on request (supervisor gone)"
+        # A run still stopping is not recorded as stopped while its processes live: a detached
+        # stopper ends them (a stubborn trainer gets its grace) and records STOPPED after, so
+        # rl_stop_training and status reads never say "stopped" beside live processes.
+        if background is not None and (stopper_at_work(run.run_dir) or launch_stopper(background, current, why)):
+            return RunState.STOPPING
         won = registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
     else:
         pid = current.supervisor_pid

@@ -19,15 +19,12 @@ from pathlib import Path
 
 from mcp_rl import processes
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor.reconcile import end_leftovers
+from mcp_rl.supervisor.reconcile import STOPPER_LOCK, end_leftovers
 from mcp_rl.supervisor.registry import Registry, registry_for
 from mcp_rl.supervisor.states import TERMINAL_STATES, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
 
 log = logging.getLogger("mcp_rl.supervisor.stopper")
-
-# In the run folder; held (flock) while a stopper works, released by the kernel if it dies.
-STOPPER_LOCK = ".stopper.lock"
 
 
 def finish(registry: Registry, run_id: str, policy: Policy, cause: str) -> RunState | None:

@@ -127,7 +127,7 @@ def test_demo_finishes_with_a_reward_curve_and_leaves_nothing(tmp_path: Path) ->
     runs = service.list_runs(settings).runs
     assert len(runs) == 1 and runs[0].status == "completed" and runs[0].step == STEPS
     metrics = Path(service.run_status(settings, runs[0].run_id).config_path).parent / "metrics.jsonl"
-    assert len(metrics.read_text().splitlines()) == STEPS
+    assert len(metrics.read_text().splitlines()) == STEPS + 1  # step 0: the base model's held-out evaluation
     assert_nothing_left(home, demo.proc.pid)
 
 

@@ -54,13 +54,18 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
         "step_000003.jsonl",
     ]
     for line in metrics:
-        missing = [k for k in REQUIRED_METRICS if k not in line]
+        # A step whose groups all scored alike trains nothing (no gradient to take), so it has
+        # no training logprobs to report; it still says so in batch/trained_sequences.
+        nothing_trained = line.get("batch/trained_sequences") == 0
+        wanted = [k for k in REQUIRED_METRICS if not (nothing_trained and k.startswith("logprobs/"))]
+        missing = [k for k in wanted if k not in line]
         assert not missing, f"metrics line lacks {missing}"
         assert 0.0 <= line["reward/mean"] <= 1.0
         assert line["tokens"] > 0 and line["time/step_seconds"] > 0
         # Sampler and trainer compute the same logprobs for the same weights (up to one step
         # of staleness); a mismatch in token alignment would show as a diff of whole nats.
-        assert abs(line["logprobs/diff"]) < 0.5
+        assert nothing_trained or abs(line["logprobs/diff"]) < 0.5
+    assert any(line.get("batch/trained_sequences") for line in metrics), "no step trained anything"
     assert status["phase"] == "done" and status["step"] == 3 and status["error"] is None
     # Where the start-up went: every part measured, the model load the largest.
     startup = status["startup"]
