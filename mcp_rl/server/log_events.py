@@ -175,8 +175,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
     # MCPServer has no public hook for it (deprecated in 2026-07-28); as for resources/subscribe.
     mcp._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, on_set_level)
 
+    watch = EventWatch(settings)
+
+    async def take_baseline() -> None:
+        # Before the server answers anything: an event that happens after a client connected is
+        # then always told, however late the watch task gets its first turn on a busy machine.
+        try:
+            await anyio.to_thread.run_sync(watch.poll)
+        except Exception as exc:  # the watch takes its baseline on its first poll instead
+            log.debug("event watch baseline failed: %r", exc)
+
     async def watch_events() -> None:
-        watch = EventWatch(settings)
         while True:
             try:
                 events = await anyio.to_thread.run_sync(watch.poll)
@@ -189,6 +198,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                     await sessions.send(event)
             await anyio.sleep(settings.watch_interval_s)
 
+    state.startup_hooks.append(take_baseline)
     state.background_tasks.append(watch_events)
 
 
