@@ -35,7 +35,9 @@ class Gate:
     refusal: str = ""
 
 
-def gate(settings: Settings, estimate: Estimate, cap: float | None, what: str, accept_call: str) -> Gate:
+def gate(
+    settings: Settings, estimate: Estimate, cap: float | None, what: str, accept_call: str, unit: str = "step"
+) -> Gate:
     if estimate.free:
         return Gate(False)
     if cap is not None:
@@ -49,8 +51,8 @@ def gate(settings: Settings, estimate: Estimate, cap: float | None, what: str, a
         if first_step is not None and first_step > cap:
             # Even the cheapest first step would pass the cap: refuse rather than overspend once.
             raise UserError(
-                f"Nothing was started: max_cost_usd ${cap:g} is less than one step of {what} is estimated to cost "
-                f"(${fmt(first_step)}-${fmt(estimate.step_usd.get('high'))} per step; {estimate.summary()}). "
+                f"Nothing was started: max_cost_usd ${cap:g} is less than one {unit} of {what} is estimated to cost "
+                f"(${fmt(first_step)}-${fmt(estimate.step_usd.get('high'))} per {unit}; {estimate.summary()}). "
                 f"Raise it, e.g. {accept_call.format(cap=f'{suggested_cap(estimate):g}')} for the whole run."
             )
         return Gate(False)

@@ -17,10 +17,12 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 
+from mcp_rl.costs.evaluation import EvaluationEstimate, ItemStats, estimate_evaluation, evaluation_cost, price_models
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.evaluation.checkpoint_models import (
     EVAL_ID_RE,
@@ -43,6 +45,7 @@ from mcp_rl.evaluation.checkpoints import (
     resolve_ref,
 )
 from mcp_rl.evaluation.heldout import held_out_set
+from mcp_rl.evaluation.item_stats import measure
 from mcp_rl.evaluation.worker import initial_result
 from mcp_rl.inference_test.models import model_slug
 from mcp_rl.models import resolve_model
@@ -196,16 +199,87 @@ def plan(
     return spec, info
 
 
+@dataclass
+class Planned:
+    """A checked evaluation with its estimate, not started yet (nothing written)."""
+
+    spec: EvalSpec
+    info: CheckpointInfo
+    estimate: EvaluationEstimate
+    stats: ItemStats | None  # None: every model is free (the items are counted by the worker)
+
+
+def plan_priced(
+    settings: Settings,
+    run_id: str,
+    step: int | None = None,
+    compare_with: list[str] | None = None,
+    max_cost_usd: float | None = None,
+) -> Planned:
+    """plan(), priced: each model's rates and the estimate before anything starts. A paid
+    evaluation counts its held-out items first (a child process, with a deadline)."""
+    spec, info = plan(settings, run_id, step, compare_with)
+    pricing = price_models(settings, [(m.id, m.kind, m.base_model) for m in spec.models])
+    stats = None
+    if not all(p.free for p in pricing):
+        stats = measure(settings, spec.environment.name, spec.env_config)
+    estimate, pricing = estimate_evaluation(
+        stats or ItemStats(items=0, max_tokens=0, prompt_chars=0, messages=0), pricing
+    )
+    spec = spec.model_copy(update={"pricing": pricing, "max_cost_usd": max_cost_usd})
+    return Planned(spec=spec, info=info, estimate=estimate, stats=stats)
+
+
+def accept_call(planned: Planned, compare_with: list[str] | None) -> str:
+    """The exact call that accepts the estimate, with `{cap}` to fill in (str.format)."""
+    args = [f"run_id={json.dumps(planned.spec.run_id)}", f"step={planned.spec.step}"]
+    if compare_with:
+        args.append(f"compare_with={json.dumps(compare_with)}")
+    call = "rl_evaluate_checkpoint(" + ", ".join(args)
+    return call.replace("{", "{{").replace("}", "}}") + ", max_cost_usd={cap})"
+
+
+def what(planned: Planned) -> str:
+    others = [m.id for m in planned.spec.models[1:]]
+    return f"Evaluating {planned.spec.models[0].id} against {', '.join(others)}"
+
+
+def _result(planned: Planned) -> EvaluationResult:
+    spec, stats = planned.spec, planned.stats
+    held_out = stats.description if stats else "held-out items of the run's environment (counted once loaded)"
+    result = initial_result(spec, planned.info, stats.items if stats else 0, held_out)
+    return result.model_copy(
+        update={
+            "estimated_cost": planned.estimate.as_dict(),
+            "cost": evaluation_cost(spec.pricing, {}, spec.max_cost_usd),
+        }
+    )
+
+
+def refused(planned: Planned, reason: str) -> EvaluationResult:
+    """The answer to an evaluation that needs a yes or a cap and has neither: nothing started."""
+    return _result(planned).model_copy(update={"eval_id": "", "state": "refused", "message": reason})
+
+
 def start_evaluation(
-    settings: Settings, run_id: str, step: int | None = None, compare_with: list[str] | None = None
+    settings: Settings,
+    run_id: str,
+    step: int | None = None,
+    compare_with: list[str] | None = None,
+    max_cost_usd: float | None = None,
 ) -> EvaluationResult:
     """Check the request, write the spec and start the detached worker; returns at once."""
-    spec, info = plan(settings, run_id, step, compare_with)
+    return start_planned(settings, plan_priced(settings, run_id, step, compare_with, max_cost_usd))
+
+
+def start_planned(settings: Settings, planned: Planned) -> EvaluationResult:
+    """Write the planned spec and start the detached worker; returns at once."""
+    spec = planned.spec
     folder = evaluations_dir(settings) / spec.eval_id
     folder.mkdir(parents=True, mode=0o700)
     spec_text = spec.model_dump_json(indent=1)
     write_text_atomic(folder / SPEC_FILE, spec_text)
-    result = initial_result(spec, info, 0, "held-out items of the run's environment (counted once loaded)")
+    result = _result(planned)
     write_text_atomic(folder / RESULT_FILE, result.model_dump_json(indent=1))
     argv = [sys.executable, "-m", "mcp_rl.evaluation.worker", "--dir", str(folder)]
     proc = spawn(argv, folder / WORKER_LOG, settings.child_env(), cwd=folder, marker=marker_for("eval", folder))

@@ -6,16 +6,17 @@
     evaluations/<eval_id>/outcomes/<slug>.jsonl   per-item outcomes of one model (item, score, completion)
     evaluations/<eval_id>/worker.log
 
-Stdlib and pydantic only.
+Stdlib and pydantic only (and the cost models of mcp_rl.costs.evaluation, themselves pydantic).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mcp_rl.costs.evaluation import EvaluationCost, ModelPricing
 from mcp_rl.evaluation.stats import PairedComparison
 from mcp_rl.runconfig import EnvironmentRef
 
@@ -29,7 +30,8 @@ EVAL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 ModelKind = Literal["local", "tinker", "openrouter"]
 ModelRole = Literal["trained", "base", "other"]
 ModelState = Literal["pending", "running", "done", "failed"]
-EvalState = Literal["running", "completed", "failed", "cancelled"]
+# stopped: its cost cap was reached; refused: nothing started (the estimate needs a yes or a cap).
+EvalState = Literal["running", "completed", "failed", "cancelled", "stopped", "refused"]
 
 
 class EvalModel(BaseModel):
@@ -56,6 +58,9 @@ class EvalSpec(BaseModel):
     models: list[EvalModel]
     samples_per_comparison: int = 3
     openrouter_base_url: str
+    # mcp_rl.costs.evaluation: each model's rates, and the evaluation's own cap (None: no cap).
+    pricing: list[ModelPricing] = []
+    max_cost_usd: float | None = None
 
 
 class ModelProgress(BaseModel):
@@ -123,3 +128,12 @@ class EvaluationResult(BaseModel):
     finished_at: float | None = None
     elapsed_s: float
     message: str
+    estimated_cost: dict[str, Any] | None = Field(
+        default=None,
+        description="The estimate made before it started (label 'estimated'): tokens and USD per model, with drivers.",
+    )
+    cost: EvaluationCost | None = Field(
+        default=None,
+        description="What it has cost so far: metered tokens at the models' rates (estimated) and OpenRouter's "
+        "reported usage.cost beside them.",
+    )

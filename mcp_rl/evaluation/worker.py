@@ -12,6 +12,12 @@ How each model is sampled:
 - a Tinker run's checkpoint: `ServiceClient.create_sampling_client(model_path=<sampler path>)`;
   its base: `create_sampling_client(base_model=...)`, through the real SDK.
 - an OpenRouter id: its chat completions endpoint (the key stays in this process).
+
+Costs (mcp_rl.costs.evaluation): every model's tokens are counted as they are sampled (Tinker:
+the backend's meter at its SDK calls; OpenRouter: each response's `usage`, with usage accounting
+asked for so it carries `cost`), priced at the spec's rates and written into the result. With a
+cap, before each chunk of items the worker checks that the chunk's most could not pass it, and
+stops (state "stopped", the cause in words) when it could.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.costs.evaluation import CHUNK_ITEMS, ModelPricing, cap_stop, evaluation_cost
 from mcp_rl.evaluation.checkpoint_models import (
     OUTCOMES_DIR,
     RESULT_FILE,
@@ -50,7 +57,7 @@ from mcp_rl.settings import Settings
 log = logging.getLogger("mcp_rl.evaluation.worker")
 
 # Items per progress update (a local model decodes them as one batch).
-CHUNK = 32
+CHUNK = CHUNK_ITEMS
 OPENROUTER_CONCURRENCY = 8
 FLIPS_LISTED = 20
 TINKER_CREATE_TIMEOUT_S = 300.0
@@ -58,6 +65,10 @@ TINKER_CREATE_TIMEOUT_S = 300.0
 
 class Cancelled(Exception):
     pass
+
+
+class CapReached(Exception):
+    """The next chunk could pass the evaluation's cost cap; the message is the cause."""
 
 
 class EvalWorker:
@@ -68,6 +79,10 @@ class EvalWorker:
         self.stop = threading.Event()
         self.result = EvaluationResult.model_validate_json((folder / RESULT_FILE).read_text(encoding="utf-8"))
         self.outcomes: dict[str, list[ItemOutcome]] = {}
+        # model id -> (prompt tokens, completion tokens, reported USD or None)
+        self.used: dict[str, tuple[int, int, float | None]] = {}
+        self.pricing: dict[str, ModelPricing] = {p.model: p for p in self.spec.pricing}
+        self._used_lock = threading.Lock()
 
     # -- result ----------------------------------------------------------------------------
     def write(self, state: EvalState = "running", message: str | None = None) -> None:
@@ -80,6 +95,10 @@ class EvalWorker:
         if state != "running":
             update["finished_at"] = now
         update["message"] = message or self._message(state)
+        if self.spec.pricing:
+            with self._used_lock:
+                used = dict(self.used)
+            update["cost"] = evaluation_cost(self.spec.pricing, used, self.spec.max_cost_usd)
         self.result = self.result.model_copy(update=update)
         write_text_atomic(self.dir / RESULT_FILE, self.result.model_dump_json(indent=1))
 
@@ -118,6 +137,9 @@ class EvalWorker:
         except Cancelled:
             self.write("cancelled")
             return "cancelled"
+        except CapReached as cause:
+            self.write("stopped", f"Stopped: {cause}. Models evaluated before it are compared above.")
+            return "stopped"
         except BaseException as exc:
             log.exception("evaluation worker crashed")
             self.write("failed", f"The evaluation worker failed: {type(exc).__name__}: {exc}")
@@ -129,6 +151,9 @@ class EvalWorker:
         try:
             texts = self._complete(model, items, lambda done: self._progress(index, done=done))
         except Cancelled:
+            raise
+        except CapReached as cause:
+            self._progress(index, state="failed", error=f"stopped: {cause}")
             raise
         except Exception as exc:
             log.warning("model %s failed", model.id, exc_info=True)
@@ -215,7 +240,9 @@ class EvalWorker:
                 if self.stop.is_set():
                     raise Cancelled
                 chunk = items.model_copy(update={"items": items.items[start : start + CHUNK]})
+                self._check_cap(model, len(chunk.items))
                 texts.extend(sample_completions(sampler, chunk))
+                self._meter(model, sampler)
                 progress(len(texts))
             return texts
         finally:
@@ -273,7 +300,10 @@ class EvalWorker:
                 messages=messages,  # type: ignore[arg-type]
                 temperature=items.temperature,
                 max_tokens=items.max_tokens,
+                # OpenRouter usage accounting: the response's `usage` then carries `cost`.
+                extra_body={"usage": {"include": True}},
             )
+            self._account(model, response.usage)
             with lock:
                 done[0] += 1
             return response.choices[0].message.content or ""
@@ -281,9 +311,47 @@ class EvalWorker:
         texts: list[str] = []
         with ThreadPoolExecutor(OPENROUTER_CONCURRENCY, thread_name_prefix="eval-or") as pool:
             for start in range(0, len(items.items), CHUNK):
-                texts.extend(pool.map(one, [item.messages for item in items.items[start : start + CHUNK]]))
+                batch = [item.messages for item in items.items[start : start + CHUNK]]
+                self._check_cap(model, len(batch))
+                texts.extend(pool.map(one, batch))
                 progress(len(texts))
         return texts
+
+    # -- costs -----------------------------------------------------------------------------
+    def _check_cap(self, model: EvalModel, next_items: int) -> None:
+        pricing = self.pricing.get(model.id)
+        if pricing is None or self.spec.max_cost_usd is None:
+            return
+        with self._used_lock:
+            used = dict(self.used)
+        cause = cap_stop(evaluation_cost(self.spec.pricing, used, self.spec.max_cost_usd), pricing, next_items)
+        if cause is not None:
+            raise CapReached(cause)
+
+    def _meter(self, model: EvalModel, sampler: Any) -> None:
+        """A Tinker sampler's metered tokens so far (prefill, sampled) for this model."""
+        total = getattr(getattr(sampler, "meter", None), "total", None)
+        if total is None:
+            return
+        with self._used_lock:
+            self.used[model.id] = (int(total.prefill), int(total.sampled), None)
+
+    def _account(self, model: EvalModel, usage: Any) -> None:
+        """One OpenRouter response's usage: tokens, and the cost it reports (usage accounting)."""
+        if usage is None:
+            return
+        extra = getattr(usage, "model_extra", None) or {}
+        cost = extra.get("cost", getattr(usage, "cost", None))
+        reported = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+        with self._used_lock:
+            prompt, completion, so_far = self.used.get(model.id, (0, 0, None))
+            if reported is not None:
+                so_far = (so_far or 0.0) + reported
+            self.used[model.id] = (
+                prompt + int(getattr(usage, "prompt_tokens", 0) or 0),
+                completion + int(getattr(usage, "completion_tokens", 0) or 0),
+                so_far,
+            )
 
 
 def _interleave(a: list[str], b: list[str]) -> list[str]:
@@ -326,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     state = worker.run()
-    return 0 if state == "completed" else 1
+    return 0 if state in ("completed", "stopped") else 1
 
 
 if __name__ == "__main__":

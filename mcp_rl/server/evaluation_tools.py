@@ -14,9 +14,13 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from mcp_rl.costs.consent import gate, require_yes
+from mcp_rl.costs.evaluation import CHUNK_ITEMS
+from mcp_rl.errors import UserError
 from mcp_rl.evaluation import checkpoint_eval
 from mcp_rl.evaluation.checkpoint_models import EvaluationResult
 from mcp_rl.server.budget import CallBudget, Progress
+from mcp_rl.server.cost_consent import ASK_TIMEOUT_S, asker
 from mcp_rl.server.errors import tool_errors
 from mcp_rl.server.state import AppState
 
@@ -78,6 +82,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 max_length=checkpoint_eval.MAX_COMPARE,
             ),
         ] = None,
+        max_cost_usd: Annotated[
+            float | None,
+            Field(
+                gt=0,
+                le=1_000_000,
+                allow_inf_nan=False,
+                description="Paid models (a Tinker run's checkpoint and base, OpenRouter ids): stop the evaluation "
+                "before it could pass this estimated USD spend. None: no cap (a paid evaluation estimated above "
+                "the confirmation threshold then needs the person's yes).",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, EvaluationResult]:
         """Did it learn? Evaluate a run's saved checkpoint against the base model it started from
         on the held-out items of the run's environment (never trained on; the same items for every
@@ -93,12 +108,37 @@ def register(mcp: MCPServer, state: AppState) -> None:
         rl_get_evaluation(eval_id, wait_s=...). Bad input (unknown run or step, no checkpoint
         yet, an environment without held-out items, an unknown model) is refused at once with
         what exists instead.
+        Cost: the answer's estimated_cost gives the estimated tokens and USD per model before
+        anything is sampled (local models: $0), and cost what it has cost so far (estimated;
+        OpenRouter's reported usage.cost beside it). A paid evaluation estimated above the
+        confirmation threshold (default $5) without max_cost_usd is not started: it answers
+        state "refused" with the estimate and the exact call that accepts it (or the person is
+        asked, when the client supports elicitation). With max_cost_usd it stops (state
+        "stopped") before it could pass the cap.
         """
         budget = CallBudget(settings.tool_time_budget_s)
-        started = await anyio.to_thread.run_sync(
-            partial(checkpoint_eval.start_evaluation, settings, run_id, step, compare_with)
+        planned = await anyio.to_thread.run_sync(
+            partial(checkpoint_eval.plan_priced, settings, run_id, step, compare_with, max_cost_usd)
         )
+        # Paid work above the threshold without a cap needs a yes (asked, or refused with the call
+        # that accepts it); nothing is started or written before it.
+        try:
+            decision = gate(
+                settings,
+                planned.estimate,
+                max_cost_usd,
+                checkpoint_eval.what(planned),
+                checkpoint_eval.accept_call(planned, compare_with),
+                unit=f"chunk of {CHUNK_ITEMS} items",
+            )
+            await require_yes(decision, asker(ctx, min(ASK_TIMEOUT_S, max(1.0, budget.remaining() - 5))))
+        except UserError as refusal:
+            # An answer, not an error: hosts such as Hermes count every error toward a breaker.
+            return _answer(checkpoint_eval.refused(planned, str(refusal)))
+        started = await anyio.to_thread.run_sync(checkpoint_eval.start_planned, settings, planned)
         result = await _wait(ctx, budget, started.eval_id, budget.remaining())
+        if decision.needs_yes:
+            result = result.model_copy(update={"message": result.message + " The person said yes to it without a cap."})
         return _answer(_collect_hint(result, settings.tool_time_budget_s))
 
     @mcp.tool(title="Get a checkpoint evaluation", annotations=READS)

@@ -5,7 +5,8 @@ real openai client. What it does, as OpenRouter does (reference/services.md):
 - `POST /api/v1/chat/completions` and `/completions`; `n` is IGNORED (one choice per request,
   unless `honour_n=True`), answers come from a scripted `responder`.
 - `usage` in every answer: token counts, `completion_tokens_details.reasoning_tokens`, and `cost`
-  (USD) when the request asks for usage accounting (`"usage": {"include": true}`).
+  (USD; the tokens at the listed price x `reported_cost_factor`) when the request asks for usage
+  accounting (`"usage": {"include": true}`).
 - Errors are JSON bodies `{"error": {"message", "code"}}`: 401 for a key other than `api_key`
   (when set), 400 "... is not a valid model ID" for an id outside `catalog`, and per behaviour
   402 / 429 with `Retry-After` / 500.
@@ -107,6 +108,9 @@ class FakeOpenRouter:
     honour_n: bool = False
     key_limit_remaining: float | None = None  # GET /key: the key's credit left (None: no limit)
     rate_limited_requests: int = 2
+    # `usage.cost` is the tokens at the listed price times this (what the provider bills may differ
+    # from the list price: a test can tell the reported cost from one computed from the price).
+    reported_cost_factor: float = 1.0
     retry_after_s: float = 1.0
     # Called with each request before answering (e.g. to look at the process table meanwhile).
     on_request: Callable[[RecordedRequest], None] | None = None
@@ -355,7 +359,9 @@ class FakeOpenRouter:
         }
         asked = body.get("usage")
         if isinstance(asked, dict) and asked.get("include"):
-            usage["cost"] = round((prompt_tokens + completion_tokens) * PRICE_PER_TOKEN_USD, 8)
+            usage["cost"] = round(
+                (prompt_tokens + completion_tokens) * PRICE_PER_TOKEN_USD * self.reported_cost_factor, 8
+            )
         return usage
 
 

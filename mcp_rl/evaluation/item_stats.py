@@ -1,0 +1,86 @@
+"""The held-out items' count, answer length and prompt size, for the estimate before a paid
+evaluation: `python -m mcp_rl.evaluation.item_stats NAME` (the run's env config as JSON on stdin)
+prints them as one JSON line.
+
+A child process, because making the items imports the environment module (atroposlib, torch):
+the server stays light, and the wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from mcp_rl.costs.evaluation import ItemStats
+from mcp_rl.errors import UserError
+from mcp_rl.settings import Settings
+
+TIMEOUT_S = 30.0
+# The items of an environment config never change: counted once per server process.
+_MEASURED: dict[str, ItemStats] = {}
+_LOCK = threading.Lock()
+
+
+def item_stats(environment: str, env_config: dict[str, Any]) -> ItemStats:
+    # the environment module (atroposlib, torch): only in this child process
+    from mcp_rl.evaluation.heldout import held_out_set
+
+    items = held_out_set(environment, env_config)
+    n = max(1, len(items.items))
+    chars = sum(len(m.get("content", "")) for item in items.items for m in item.messages)
+    messages = sum(len(item.messages) for item in items.items)
+    return ItemStats(
+        items=len(items.items),
+        max_tokens=items.max_tokens,
+        prompt_chars=chars / n,
+        messages=messages / n,
+        description=items.description,
+    )
+
+
+def measure(
+    settings: Settings, environment: str, env_config: dict[str, Any], timeout_s: float = TIMEOUT_S
+) -> ItemStats:
+    """item_stats in a child process; UserError (in words) when it fails or takes too long."""
+    key = json.dumps([environment, env_config], sort_keys=True, default=str)
+    with _LOCK:
+        if key in _MEASURED:
+            return _MEASURED[key]
+    argv = [sys.executable, "-m", "mcp_rl.evaluation.item_stats", environment]
+    try:
+        done = subprocess.run(
+            argv,
+            input=json.dumps(env_config, default=str),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=settings.child_env(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"Nothing was started: counting {environment}'s held-out items for the cost estimate took over "
+            f"{timeout_s:g} s. Try again (the machine may be busy)."
+        ) from None
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if done.returncode != 0 or not last.startswith("{"):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise UserError(f"Nothing was started: the held-out items of {environment} could not be counted ({tail}).")
+    stats = ItemStats.model_validate_json(last)
+    with _LOCK:
+        _MEASURED[key] = stats
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    env_config = json.loads(sys.stdin.read() or "{}")
+    print(item_stats(args[0], env_config).model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
