@@ -109,7 +109,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
     ) -> ExportStatus:
         """Take the trained model away: export a run's weights to a folder (and optionally the
         Hub). A Tinker run's checkpoint is downloaded through the Tinker SDK first, which starts
-        a short Tinker session on the base model (a small cost); merging a Tinker run needs the
+        a short Tinker session on the base model (no tokens; the answer's cost estimates the
+        temporary checkpoint's storage, a fraction of a cent); merging a Tinker run needs the
         base weights from the Hugging Face hub. An existing dest is refused unless overwrite;
         a failed export leaves nothing behind. Long exports continue in the background: the
         answer then has state 'running' and rl_get_export_result(export_id) collects it."""

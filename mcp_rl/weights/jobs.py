@@ -18,11 +18,13 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
+from mcp_rl.costs.exports import ExportCost, export_cost
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.settings import Settings
 from mcp_rl.weights.checkpoints import load_run, weights_for_export
 from mcp_rl.weights.export import ExportResult, ExportSpec, Format, check_dest
 from mcp_rl.weights.hub import check_repo_id
+from mcp_rl.weights.tinker_download import EXPORT_TTL_S
 
 SPEC_FILE = "spec.json"
 STATUS_FILE = "status.json"
@@ -48,6 +50,9 @@ class ExportStatus(BaseModel):
     notes: list[str] = Field(default_factory=list)
     error: str | None = None
     message: str = ""
+    cost: ExportCost | None = Field(
+        default=None, description="What the export costs (estimated; a local run's: $0). mcp_rl.costs.exports."
+    )
 
 
 def exports_dir(settings: Settings) -> Path:
@@ -132,6 +137,7 @@ def start(
     job_dir.mkdir(parents=True)
     (job_dir / SPEC_FILE).write_text(spec.model_dump_json(indent=1), encoding="utf-8")
     status = ExportStatus(export_id=export_id, run_id=run_id, state=ExportState.RUNNING, started_at=time.time())
+    status.cost = export_cost(record.path.startswith("tinker://"), EXPORT_TTL_S)
     status.phase = "starting"
     write_status(job_dir, status)
     with open(job_dir / LOG_FILE, "ab") as log:
@@ -175,12 +181,15 @@ def describe(status: ExportStatus, tinker: bool) -> str:
             text += " Load with PeftModel.from_pretrained(base, folder); the base model is in the model card."
         else:
             text += " Load with AutoModelForCausalLM.from_pretrained(folder) alone."
-        return text + "".join(f" {n}" for n in status.notes)
+        cost = f" {status.cost.summary}" if status.cost is not None else ""
+        return text + "".join(f" {n}" for n in status.notes) + cost
     if status.state == ExportState.FAILED:
         return f"Export {status.export_id} failed: {status.error}. Nothing was left at the destination."
     text = f"Export {status.export_id} is running ({status.phase})."
     if tinker:
-        text += " It starts a short Tinker session on the base model to download the checkpoint (a small cost)."
+        text += " It starts a short Tinker session on the base model to download the checkpoint."
+    if status.cost is not None:
+        text += f" {status.cost.summary}"
     return text + f" Collect it with rl_get_export_result(export_id={status.export_id!r})."
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from mcp_rl.costs.exports import export_cost
 from mcp_rl.settings import Settings
 from mcp_rl.weights.export import ExportSpec, export
 from mcp_rl.weights.jobs import SPEC_FILE, STATUS_FILE, ExportState, ExportStatus, write_status
@@ -36,11 +37,12 @@ def run(job_dir: Path, settings: Settings) -> int:
         adapter = Path(spec.weights)
         if spec.weights.startswith("tinker://"):
             # mcp_rl.weights.tinker_download imports tinker only when called
-            from mcp_rl.weights.tinker_download import download_checkpoint
+            from mcp_rl.weights.tinker_download import EXPORT_TTL_S, download_checkpoint
 
             spec.dest.parent.mkdir(parents=True, exist_ok=True)
             scratch = Path(tempfile.mkdtemp(prefix=f".{spec.dest.name}.download-", dir=spec.dest.parent))
-            download_checkpoint(settings, spec.weights, scratch, progress)
+            size = download_checkpoint(settings, spec.weights, scratch, progress)
+            status.cost = export_cost(True, EXPORT_TTL_S, size)
             adapter = scratch
         result, notes = export(spec, adapter, progress)
         status.notes = notes

@@ -188,6 +188,13 @@ async def test_rl_export_weights_of_a_tinker_run_through_the_tools(home: Path, t
             "adapter_model.safetensors"
         ]
         assert server.wire.loads[-1]["path"] == paths[2]
+        # Its cost: no tokens; the temporary checkpoint's storage for the bytes fetched, at most an hour.
+        size = sum(len(data) for data in server.wire.export_files.values())
+        cost = status["cost"]
+        assert cost["label"] == "estimated" and not cost["free"] and cost["tokens"] == 0
+        assert cost["usd_at_most"] == pytest.approx(size / 1e9 * 0.10 / 720, rel=1e-3)
+        assert "$0.10 per GB-month" in cost["summary"] and "not priced here, not $0" in cost["summary"]
+        assert cost["summary"] in status["message"]
 
 
 @pytest.mark.anyio
