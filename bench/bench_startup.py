@@ -1,12 +1,16 @@
-"""Start-up and environment-tool latency over real stdio (issue 2 targets).
+"""Start-up and environment-tool latency over real stdio (issue 2 and 28 targets).
 
 Prints, from the same run:
   * process start -> tools/list answered, mcp-rl vs a bare MCPServer with one tool (the floor:
-    importing the mcp SDK alone takes about a second here); target: within 1.2x of the floor;
+    importing the mcp SDK alone takes most of a second here); target: within 1.2x of the floor;
   * rl_list_environments over 200 environment files, warm (target < 200 ms);
   * a cached rl_select_environment (target < 100 ms).
 
-Run: python bench/bench_startup.py [--rounds 5]
+With `--against DIR` (another checkout of mcp-rl, e.g. `git worktree add /tmp/before <commit>`),
+that code is measured the same way in the same run (interleaved, same interpreter and packages,
+run with PYTHONPATH=DIR), so a change is judged against the code before it on the same load.
+
+Run: python bench/bench_startup.py [--rounds 7] [--against DIR]
 """
 
 from __future__ import annotations
@@ -41,10 +45,14 @@ class Env{i}(BaseEnv):
     name = "generated_{i}"
 '''
 
+HERE = Path(__file__).resolve().parent.parent
 
-def params(args: list[str], env: dict[str, str]) -> StdioServerParameters:
+
+def params(args: list[str], env: dict[str, str], code: Path | None = None) -> StdioServerParameters:
     full = {"PATH": os.environ.get("PATH", ""), **env}
-    return StdioServerParameters(command=sys.executable, args=args, env=full)
+    if code is not None:  # this checkout's mcp_rl first on the path, whatever is installed
+        full["PYTHONPATH"] = str(code)
+    return StdioServerParameters(command=sys.executable, args=args, env=full, cwd=str(code or HERE))
 
 
 async def time_to_tools_list(p: StdioServerParameters) -> float:
@@ -65,7 +73,21 @@ async def timed_calls(client: Client, name: str, args: dict, n: int) -> list[flo
     return times
 
 
-async def main(rounds: int) -> int:
+async def warm_figures(p: StdioServerParameters) -> dict[str, list[float]]:
+    async with Client(p) as client:
+        return {
+            "list_cold": await timed_calls(client, "rl_list_environments", {}, 1),
+            "list_warm": await timed_calls(client, "rl_list_environments", {}, 10),
+            "select_first": await timed_calls(client, "rl_select_environment", {"name": "generated_7"}, 1),
+            "select_cached": await timed_calls(client, "rl_select_environment", {"name": "generated_7"}, 10),
+        }
+
+
+def ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000
+
+
+async def main(rounds: int, against: Path | None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         bare_file = tmp_path / "bare.py"
@@ -74,31 +96,49 @@ async def main(rounds: int) -> int:
         envs.mkdir()
         for i in range(200):
             (envs / f"env_{i:03d}.py").write_text(ENV_TEMPLATE.format(i=i))
-        env = {"MCP_RL_HOME": str(tmp_path / "home"), "MCP_RL_ENV_PATHS": str(envs)}
-        ours, bare = [], []
-        for _ in range(rounds):  # interleaved, so both see the same machine load
-            bare.append(await time_to_tools_list(params([str(bare_file)], env)))
-            ours.append(await time_to_tools_list(params(["-m", "mcp_rl", "serve"], env)))
-        ratio = statistics.median(ours) / statistics.median(bare)
-        async with Client(params(["-m", "mcp_rl", "serve"], env)) as client:
-            cold = await timed_calls(client, "rl_list_environments", {}, 1)
-            warm = await timed_calls(client, "rl_list_environments", {}, 10)
-            first_select = await timed_calls(client, "rl_select_environment", {"name": "generated_7"}, 1)
-            cached_select = await timed_calls(client, "rl_select_environment", {"name": "generated_7"}, 10)
-    ms = lambda xs: statistics.median(xs) * 1000  # noqa: E731
-    print(f"start -> tools/list, bare MCPServer (floor): median {ms(bare):.0f} ms over {rounds}")
-    print(f"start -> tools/list, mcp-rl serve:           median {ms(ours):.0f} ms over {rounds}")
-    print(f"ratio mcp-rl / bare: {ratio:.2f}x (target <= 1.2x)")
-    print(f"rl_list_environments, 200 files: cold {ms(cold):.0f} ms, warm median {ms(warm):.1f} ms (target < 200 ms)")
-    print(
-        f"rl_select_environment: first {ms(first_select):.0f} ms, cached median {ms(cached_select):.1f} ms (target < 100 ms)"
-    )
-    ok = ratio <= 1.2 and ms(warm) < 200 and ms(cached_select) < 100
-    print("PASS" if ok else "FAIL")
+        codes: dict[str, Path] = {"mcp-rl": HERE}
+        if against is not None:
+            codes["against"] = against
+        envs_of = {
+            label: {"MCP_RL_HOME": str(tmp_path / f"home-{label}"), "MCP_RL_ENV_PATHS": str(envs)} for label in codes
+        }
+        serve = ["-m", "mcp_rl", "serve"]
+        starts: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
+        for _ in range(rounds):  # interleaved, so all see the same machine load
+            starts["bare"].append(await time_to_tools_list(params([str(bare_file)], envs_of["mcp-rl"])))
+            for label, code in codes.items():
+                starts[label].append(await time_to_tools_list(params(serve, envs_of[label], code)))
+        warm: dict[str, dict[str, list[float]]] = {}
+        for _ in range(2):  # alternated too; the figures are the medians of both sessions' calls
+            for label, code in codes.items():
+                for key, xs in (await warm_figures(params(serve, envs_of[label], code))).items():
+                    warm.setdefault(label, {}).setdefault(key, []).extend(xs)
+    bare = ms(starts["bare"])
+    print(f"start -> tools/list, bare MCPServer (floor): median {bare:.0f} ms over {rounds}")
+    ok = True
+    for label, code in codes.items():
+        ours, w = ms(starts[label]), warm[label]
+        ratio = ours / bare
+        name = "mcp-rl serve" if label == "mcp-rl" else f"against {code}"
+        print(f"\n[{name}]")
+        print(f"start -> tools/list: median {ours:.0f} ms over {rounds}; ratio to bare {ratio:.2f}x (target <= 1.2x)")
+        print(
+            f"rl_list_environments, 200 files: cold {ms(w['list_cold']):.0f} ms, "
+            f"warm median {ms(w['list_warm']):.1f} ms (target < 200 ms)"
+        )
+        print(
+            f"rl_select_environment: first {ms(w['select_first']):.0f} ms, "
+            f"cached median {ms(w['select_cached']):.1f} ms (target < 100 ms)"
+        )
+        if label == "mcp-rl":
+            ok = ratio <= 1.2 and ms(w["list_warm"]) < 200 and ms(w["select_cached"]) < 100
+    print("\nPASS" if ok else "\nFAIL")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
-    raise SystemExit(anyio.run(main, parser.parse_args().rounds))
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--against", type=Path, help="another mcp-rl checkout, measured in the same run")
+    a = parser.parse_args()
+    raise SystemExit(anyio.run(main, a.rounds, a.against))
