@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from mcp_rl.costs.estimate import fmt
+from mcp_rl.costs.tinker_billing import BilledUsage
 from mcp_rl.rundir import (
     COST_PREFILL_TOKENS_KEY,
     COST_SAMPLED_TOKENS_KEY,
@@ -27,6 +28,17 @@ class RunCost(BaseModel):
     sampled_tokens: int = 0
     trained_tokens: int = 0
     summary: str = ""
+    billed: BilledUsage | None = Field(
+        None, description="Tinker runs: what Tinker's billing API reports for the run's sessions, beside the estimate."
+    )
+    billed_note: str | None = Field(None, description="Why Tinker's billed usage is not shown, when it is not.")
+
+
+def add_billed(cost: RunCost, billed: BilledUsage | None, note: str | None) -> RunCost:
+    """The estimate with Tinker's billed usage beside it (or why there is none)."""
+    cost.billed, cost.billed_note = billed, note
+    cost.summary += " " + (billed.summary if billed is not None else note or "")
+    return cost
 
 
 def _int(value: Any) -> int:

@@ -267,7 +267,12 @@ class EvalWorker:
         key = self.settings.tinker_api_key
         if key is None:
             raise RuntimeError("TINKER_API_KEY is not set in the server's environment")
-        service = tinker.ServiceClient(api_key=key.get_secret_value(), base_url=self.settings.tinker_base_url)
+        service = tinker.ServiceClient(
+            # Tinker's billing API lists usage per session with this metadata (Tinker's console too).
+            user_metadata={"mcp_rl_eval_id": self.spec.eval_id, "mcp_rl_evaluated_run_id": self.spec.run_id},
+            api_key=key.get_secret_value(),
+            base_url=self.settings.tinker_base_url,
+        )
         assert model.base_model is not None
         if model.weights:  # the checkpoint's saved sampler weights
             future = service.create_sampling_client(model_path=model.weights)

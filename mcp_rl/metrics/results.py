@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from mcp_rl.costs.summary import RunCost, run_cost
+from mcp_rl.costs.summary import RunCost, add_billed, run_cost
+from mcp_rl.costs.tinker_billing import billed_for_run
 from mcp_rl.errors import NotFound, clip, clip_message
 from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
@@ -123,6 +124,7 @@ async def get_results(
 ) -> RunResults:
     """Results of `run_id`: the local record, then W&B. Raises NotFound for an unknown run."""
     results, query = await anyio.to_thread.run_sync(local_results, settings, run_id)
+    await anyio.to_thread.run_sync(_with_billed, settings, results)
     report = await _wandb_report(query, cache)
     _merge_wandb(results, report)
     if report.mode == "offline":
@@ -132,6 +134,22 @@ async def get_results(
                 f"W&B offline run(s) on disk: {', '.join(map(str, offline))} (upload: wandb sync <dir>)."
             )
     return results
+
+
+def _with_billed(settings: Settings, results: RunResults) -> None:
+    """A Tinker run's estimated cost with what Tinker's billing API reports beside it."""
+    if results.backend != "tinker" or results.cost is None:
+        return
+    record = _registry_record(settings, results.run_id)
+    if record is not None:
+        started, ended = record.created_at, record.ended_at
+    else:
+        run_file = Path(results.run_dir) / RUN_FILE
+        if not run_file.exists():
+            return
+        started, ended = run_file.stat().st_mtime, None
+    billed, note = billed_for_run(settings, results.run_id, started, ended)
+    add_billed(results.cost, billed, note)
 
 
 def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQuery]:

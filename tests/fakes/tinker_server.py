@@ -4,7 +4,9 @@ the trainer's backend uses, for the REAL `tinker.ServiceClient` (SDK 0.38) to ta
 Endpoints (all under /api/v1, the SDK's own paths and JSON/protobuf shapes): client config,
 sessions (create, heartbeat, finish), create_model, get_info, load_weights, forward_backward
 (protobuf request, protobuf result), optim_step, save_weights, save_weights_for_sampler (named
-or ephemeral), sampling sessions, asample (protobuf result), retrieve_future and telemetry.
+or ephemeral), sampling sessions, asample (protobuf result), retrieve_future and telemetry;
+billing usage (GET /api/v1/billing/usage/events: what the wire received, per session, at the
+fake's own BILLED_USD_PER_MILLION; 403 when `billing_role` is False).
 
 Behaviour a test can rely on:
 - Every request must carry the API key (`X-API-Key`); others get 401 and are counted.
@@ -29,6 +31,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 import numpy as np
@@ -103,6 +106,10 @@ class TinkerWire:
     expiry: dict[str, float | None] = field(default_factory=dict)
     exports: list[dict[str, Any]] = field(default_factory=list)
     downloads: list[str] = field(default_factory=list)
+    # --- billing (GET /api/v1/billing/usage/events, AdminClient.get_billing_usage) ---
+    # False: the key lacks the admin / billing-admin role (403), as for most users' keys.
+    billing_role: bool = True
+    billing_queries: list[dict[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -310,6 +317,7 @@ def build_app(wire: TinkerWire) -> Any:
         msg, datums = _decode_datums(await request.body())
         model = wire.models[msg.model_id]
         record: dict[str, Any] = {
+            "session": msg.model_id.split(":")[0],
             "loss_fn": msg.loss_fn,
             "version": model.version,
             "arrived": time.monotonic(),
@@ -461,6 +469,7 @@ def build_app(wire: TinkerWire) -> Any:
         arrived = time.monotonic()
         wire.samples.append(
             {
+                "session": data["sampling_session_id"].split(":")[0],
                 "prompt": prompt,
                 "params": params,
                 "num_samples": data.get("num_samples"),
@@ -502,7 +511,11 @@ def build_app(wire: TinkerWire) -> Any:
             return Response(fut.payload, media_type="application/x-protobuf")
         return ok(fut.payload)
 
+    async def billing_usage(request: Request) -> Response:
+        return billing_answer(wire, dict(request.query_params))
+
     HANDLERS = {
+        ("GET", "/api/v1/billing/usage/events"): billing_usage,
         ("POST", "/api/v1/client/config"): client_config,
         ("POST", "/api/v1/client/dynamic_config"): dynamic_config,
         ("POST", "/api/v1/telemetry"): telemetry,
@@ -520,6 +533,67 @@ def build_app(wire: TinkerWire) -> Any:
         ("POST", "/api/v1/retrieve_future"): retrieve_future,
     }
     return Starlette(routes=[Route("/{path:path}", guarded, methods=["GET", "POST", "PUT", "DELETE"])])
+
+
+# --- billing: what Tinker's billing API answers (tinker 0.38 types/billing_usage_response.py) ---
+# Hourly buckets per session; this fake puts everything in the current hour. Its own "invoice"
+# rates differ from configs/pricing.yaml on purpose, so billed and estimated figures differ.
+BILLED_USD_PER_MILLION = {"training": 0.5, "sampling_prefill": 0.2, "sampling_sample": 0.7}
+
+
+def billing_answer(wire: TinkerWire, params: dict[str, str]) -> Any:
+    from starlette.responses import JSONResponse
+
+    wire.billing_queries.append(params)
+    if not wire.billing_role:
+        return JSONResponse({"detail": "billing view access is required (admin or billing-admin)"}, status_code=403)
+    try:
+        start = datetime.fromisoformat(params["starting_on"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(params["ending_before"].replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return JSONResponse({"detail": "starting_on and ending_before are required (RFC 3339)"}, status_code=400)
+    if any(t.minute or t.second or t.microsecond for t in (start, end)) or not start < end:
+        return JSONResponse({"detail": "the window must be aligned to UTC hour boundaries"}, status_code=400)
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    if not start <= hour < end:
+        return JSONResponse({"data": [], "sessions": {}, "cost_data_through": None})
+    counts: dict[tuple[str, str], int] = {}
+    for sample in wire.samples:
+        sid = sample["session"]
+        counts[(sid, "sampling_prefill")] = counts.get((sid, "sampling_prefill"), 0) + len(sample["prompt"])
+        counts[(sid, "sampling_sample")] = counts.get((sid, "sampling_sample"), 0) + sample["sampled_tokens"]
+    for fb in [*wire.forward_backward, *wire.forwards]:
+        tokens = sum(len(d["target_tokens"]) for d in fb["datums"])
+        counts[(fb["session"], "training")] = counts.get((fb["session"], "training"), 0) + tokens
+    data: list[dict[str, Any]] = []
+    bucket = {"bucket_start": hour.isoformat(), "bucket_end": (hour + timedelta(hours=1)).isoformat()}
+    for (sid, kind), count in sorted(counts.items()):
+        rate = BILLED_USD_PER_MILLION[kind]
+        info: dict[str, Any] = {"type": kind, "token_count": count}
+        if kind == "sampling_prefill":
+            info["cached"] = False
+        data.append(
+            {
+                **bucket,
+                "session_id": sid,
+                "estimated_cost_usd": rate * count / 1_000_000,
+                "effective_rate_usd_per_million_tokens": rate,
+                "event_info": info,
+            }
+        )
+    saves: dict[str, int] = {}
+    for save in wire.saves:
+        sid = str(save.get("model_id", "")).split(":")[0]
+        saves[sid] = saves.get(sid, 0) + 1
+    for sid, count in sorted(saves.items()):  # checkpoint operations: never priced
+        data.append({**bucket, "session_id": sid, "event_info": {"type": "checkpoint", "count": count}})
+    used = {event["session_id"] for event in data}
+    sessions = {
+        sid: {"user_metadata": (info["request"].get("user_metadata") or None)}
+        for sid, info in wire.sessions.items()
+        if sid in used
+    }
+    return JSONResponse({"data": data, "sessions": sessions, "cost_data_through": None})
 
 
 # --- checkpoint endpoints: list, TTL, delete, save_weights_external, signed downloads ----------

@@ -25,6 +25,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp_rl.costs.meter import TokenMeter
+from mcp_rl.costs.tinker_billing import RUN_METADATA_KEY
 from mcp_rl.trainer.backends.base import (
     AdamParams,
     ForwardBackwardResult,
@@ -142,6 +143,8 @@ class TinkerBackend(TrainingBackend):
         path = t.tokenizer_path or (str(settings.tokenizer_path) if settings.tokenizer_path else None)
         tokenizer = load_tokenizer(path) if path else None
         service = tinker.ServiceClient(
+            # Tinker's billing API attributes usage to sessions by this (mcp_rl.costs.tinker_billing).
+            user_metadata={RUN_METADATA_KEY: config.run_id},
             api_key=settings.tinker_api_key.get_secret_value(),
             base_url=settings.tinker_base_url,
         )
