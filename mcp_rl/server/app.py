@@ -25,6 +25,7 @@ from mcp_rl.server import (
     log_events,
     prompts,
     results_tools,
+    schema_cache,
     smoke_test_tools,
     strict,
     training_tools,
@@ -78,18 +79,20 @@ def build_server(settings: Settings | None = None) -> MCPServer:
         subscriptions=state.subscription_bus,
     )
 
-    # Each module owns one area of the surface and closes over `state`.
-    for module in (
-        environment_tools,
-        training_tools,
-        inference_tools,
-        smoke_test_tools,
-        follow_tools,
-        results_tools,
-        evaluation_tools,
-        weights_tools,
-    ):
-        module.register(mcp, state)
+    # Each module owns one area of the surface and closes over `state`. Output schemas kept from
+    # an earlier start are reused (deriving them was half of building the server).
+    with schema_cache.kept_output_schemas(mcp, settings):
+        for module in (
+            environment_tools,
+            training_tools,
+            inference_tools,
+            smoke_test_tools,
+            follow_tools,
+            results_tools,
+            evaluation_tools,
+            weights_tools,
+        ):
+            module.register(mcp, state)
     # Run and smoke-test events as log messages for clients that set a level (logging capability).
     log_events.register(mcp, state)
     # Workflows for people (prompts) and argument completions, over the tools registered above.
