@@ -85,7 +85,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         max_cost_usd: Annotated[
             float | None,
             Field(
-                gt=0,
+                ge=0,  # Gemini's schema has no exclusiveMinimum: 0 is refused below
                 le=1_000_000,
                 allow_inf_nan=False,
                 description="Paid models (a Tinker run's checkpoint and base, OpenRouter ids): stop the evaluation "
@@ -116,6 +116,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         asked, when the client supports elicitation). With max_cost_usd it stops (state
         "stopped") before it could pass the cap.
         """
+        if max_cost_usd is not None and max_cost_usd <= 0:
+            raise UserError(f"max_cost_usd must be more than 0 USD (got {max_cost_usd:g}); nothing was started.")
         budget = CallBudget(settings.tool_time_budget_s)
         planned = await anyio.to_thread.run_sync(
             partial(checkpoint_eval.plan_priced, settings, run_id, step, compare_with, max_cost_usd)
