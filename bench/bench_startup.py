@@ -10,6 +10,9 @@ With `--against DIR` (another checkout of mcp-rl, e.g. `git worktree add /tmp/be
 that code is measured the same way in the same run (interleaved, same interpreter and packages,
 run with PYTHONPATH=DIR), so a change is judged against the code before it on the same load.
 
+Each start also prints the server's CPU time up to the answer (all its threads, from /proc):
+on a busy machine the wall times stretch with the others' load, the CPU times much less.
+
 Run: python bench/bench_startup.py [--rounds 7] [--against DIR]
 """
 
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 import anyio
+import psutil
 from mcp import Client, StdioServerParameters
 
 BARE_SERVER = """
@@ -55,11 +59,27 @@ def params(args: list[str], env: dict[str, str], code: Path | None = None) -> St
     return StdioServerParameters(command=sys.executable, args=args, env=full, cwd=str(code or HERE))
 
 
-async def time_to_tools_list(p: StdioServerParameters) -> float:
+def server_cpu_s() -> float:
+    """CPU time the server (our only child) has used so far, all its threads: a figure the other
+    processes of a busy machine do not stretch, unlike the wall time (Linux: /proc schedstat)."""
+    children = psutil.Process().children()
+    if len(children) != 1:
+        return float("nan")
+    total_ns = 0
+    for task in Path(f"/proc/{children[0].pid}/task").glob("*/schedstat"):
+        try:
+            total_ns += int(task.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+    return total_ns / 1e9
+
+
+async def time_to_tools_list(p: StdioServerParameters) -> tuple[float, float]:
+    """(wall seconds, server CPU seconds) from process start to the tools/list answer."""
     start = time.perf_counter()
     async with Client(p, mode="legacy") as client:
         await client.list_tools()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, server_cpu_s()
 
 
 async def timed_calls(client: Client, name: str, args: dict, n: int) -> list[float]:
@@ -104,17 +124,25 @@ async def main(rounds: int, against: Path | None) -> int:
         }
         serve = ["-m", "mcp_rl", "serve"]
         starts: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
+        cpu: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
         for _ in range(rounds):  # interleaved, so all see the same machine load
-            starts["bare"].append(await time_to_tools_list(params([str(bare_file)], envs_of["mcp-rl"])))
-            for label, code in codes.items():
-                starts[label].append(await time_to_tools_list(params(serve, envs_of[label], code)))
+            for label, p in [
+                ("bare", params([str(bare_file)], envs_of["mcp-rl"])),
+                *((label, params(serve, envs_of[label], code)) for label, code in codes.items()),
+            ]:
+                wall, used = await time_to_tools_list(p)
+                starts[label].append(wall)
+                cpu[label].append(used)
         warm: dict[str, dict[str, list[float]]] = {}
         for _ in range(2):  # alternated too; the figures are the medians of both sessions' calls
             for label, code in codes.items():
                 for key, xs in (await warm_figures(params(serve, envs_of[label], code))).items():
                     warm.setdefault(label, {}).setdefault(key, []).extend(xs)
-    bare = ms(starts["bare"])
-    print(f"start -> tools/list, bare MCPServer (floor): median {bare:.0f} ms over {rounds}")
+    bare, bare_cpu = ms(starts["bare"]), ms(cpu["bare"])
+    print(
+        f"start -> tools/list, bare MCPServer (floor): median {bare:.0f} ms over {rounds} "
+        f"(server CPU {bare_cpu:.0f} ms); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     ok = True
     for label, code in codes.items():
         ours, w = ms(starts[label]), warm[label]
@@ -122,6 +150,10 @@ async def main(rounds: int, against: Path | None) -> int:
         name = "mcp-rl serve" if label == "mcp-rl" else f"against {code}"
         print(f"\n[{name}]")
         print(f"start -> tools/list: median {ours:.0f} ms over {rounds}; ratio to bare {ratio:.2f}x (target <= 1.2x)")
+        print(
+            f"  server CPU to the answer: median {ms(cpu[label]):.0f} ms, {ms(cpu[label]) / bare_cpu:.2f}x bare's "
+            "(the same ratio without the other processes' share of a busy machine)"
+        )
         print(
             f"rl_list_environments, 200 files: cold {ms(w['list_cold']):.0f} ms, "
             f"warm median {ms(w['list_warm']):.1f} ms (target < 200 ms)"
