@@ -28,6 +28,7 @@ from mcp_rl.trainer.backends.base import (
     TrainingExample,
 )
 from mcp_rl.trainer.backends.common_prefix import CommonPrefix, common_length
+from mcp_rl.trainer.backends.lora_fold import lora_folded
 from mcp_rl.trainer.backends.prompt_cache import PromptCache, croppable
 from mcp_rl.trainer.backends.rwlock import ReadWriteLock
 from mcp_rl.trainer.cpus import usable_cpus
@@ -157,11 +158,12 @@ class LocalBackend(TrainingBackend):
 
     def sample_greedy(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Greedy completions of many prompts in one batch (held-out evaluation): their shared
-        prefix computed once, one forward for the rest (mcp_rl.evaluation.local_greedy)."""
+        prefix computed once, one forward for the rest (mcp_rl.evaluation.local_greedy), through
+        the adapter folded into the base weights (lora_fold.py). The weights are held
+        exclusively: nothing may compute gradients while the adapter is switched off."""
         from mcp_rl.evaluation.local_greedy import greedy_completions  # only evaluations need it
 
-        weights = self._weights.shared() if self.sample_beside_training else self._weights.exclusive()
-        with self._sampling, weights, self._torch.no_grad():
+        with self._sampling, self._weights.exclusive(), self._torch.no_grad(), lora_folded(self.model):
             return greedy_completions(self.model, prompts, max_tokens, self.eos_ids, self.device)
 
     def _prefill(self, request: SamplingRequest) -> tuple[Any, Any]:
