@@ -42,7 +42,7 @@ def test_batched_greedy_equals_decoding_each_prompt(prefix: list[int]) -> None:
         max_position_embeddings=128,
     )
     model = transformers.LlamaForCausalLM(config).eval()
-    prompts = [prefix + tail for tail in ([1, 2, 3], [4], [5, 6, 7, 8, 9, 10], [11, 12])]
+    prompts = [prefix + tail for tail in ([1, 2, 3], [4], [5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15])]
     expected_free = [_one_by_one(model, p, 6, set()) for p in prompts]
     # A stop token that one row produces early ends that row only.
     stop = expected_free[0][1]
