@@ -81,3 +81,19 @@ def test_a_model_without_adapter_is_left_alone() -> None:
     model = transformers.LlamaForCausalLM(config)
     with lora_folded(model) as folded:
         assert folded is False
+
+
+def test_an_untrained_adapter_gives_exactly_the_base() -> None:
+    model = _lora_model()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.zero_()
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.no_grad():
+        with model.disable_adapter():
+            base = model(input_ids=ids).logits
+        with lora_folded(model) as folded:
+            inside = model(input_ids=ids).logits
+    assert folded is True
+    assert torch.equal(inside, base)

@@ -4,7 +4,7 @@ On a CPU every LoRA layer adds two skinny matmuls, a scaling and an addition per
 default model they make a forward pass ~20 % slower (CPU time, 64 prompts of 12 tokens, measured
 3.30 s with the adapter against 2.72 s without). A held-out evaluation is forward passes only, so
 it runs on W + scale * B @ A with the adapter switched off: the same function up to float
-rounding (and exactly the base at step 0, where B is 0), which is also what a merged export and
+rounding (and exactly the base at step 0, where B is 0 and nothing is copied), which is also what a merged export and
 `mcp-rl serve-model` compute.
 
 The original weight tensors are kept and put back as they were (never "unmerged" by a
@@ -52,12 +52,15 @@ def lora_folded(model: Any) -> Iterator[bool]:
         with torch.no_grad():
             for layer in layers:
                 base = layer.get_base_layer()
-                folded = base.weight.detach().clone()
+                folded = None
                 for name in layer.active_adapters:
-                    if name in layer.lora_A:
-                        folded += layer.get_delta_weight(name).to(folded.dtype)
-                originals.append((base, base.weight))
-                base.weight = torch.nn.Parameter(folded, requires_grad=False)
+                    delta = layer.get_delta_weight(name) if name in layer.lora_A else None
+                    # An untrained adapter (B = 0, step 0) adds exactly nothing: no copy.
+                    if delta is not None and bool(delta.any()):
+                        folded = (base.weight.detach() if folded is None else folded) + delta.to(base.weight.dtype)
+                if folded is not None:
+                    originals.append((base, base.weight))
+                    base.weight = torch.nn.Parameter(folded, requires_grad=False)
         with model.disable_adapter():
             yield True
     finally:
