@@ -5,7 +5,6 @@ and every smoke-test read leaves every byte of the state directory as it was."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,28 +15,10 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import FIXTURES, make_env
+from tests.footprint import state_footprint
 from tests.records import run_record
 
 pytestmark = pytest.mark.anyio
-
-
-def _footprint(home: Path) -> dict[str, object]:
-    """Every file's bytes, except the registry's, whose committed content is compared instead.
-    SQLite moves bytes between state.db and its -wal without any write: a reader opening the
-    database creates an empty -wal, the last connection closing checkpoints and deletes it, so
-    the files' bytes depend on whether the server's watcher happens to hold a connection at the
-    moment of the footprint (a failure on a loaded machine). A write shows in the dump."""
-    files: dict[str, object] = {
-        str(p): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
-        for p in sorted(home.rglob("*"))
-        if p.is_file() and p.name not in ("state.db", "state.db-wal", "state.db-shm")
-    }
-    db = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
-    try:
-        files["state.db (committed content)"] = list(db.iterdump())
-    finally:
-        db.close()
-    return files
 
 
 def _record(settings: Settings, run_id: str, state: RunState) -> None:
@@ -63,7 +44,7 @@ async def test_status_reads_write_nothing(home: Path) -> None:
     _record(settings, "live1234", RunState.RUNNING)  # within its launch window: not taken for dead
     async with Client(build_server(settings)) as client:
         await client.list_tools()
-        before = _footprint(home)
+        before = state_footprint(home)
         calls = [
             ("rl_check_status", {"run_id": "done1234"}),
             ("rl_check_status", {"run_id": "done1234"}),
@@ -78,7 +59,7 @@ async def test_status_reads_write_nothing(home: Path) -> None:
         results = [await client.call_tool(name, args) for name, args in calls]
         for uri in ("rl://runs", "rl://runs/done1234", "rl://runs/live1234/metrics"):
             await client.read_resource(uri)
-        after = _footprint(home)
+        after = state_footprint(home)
     assert all(not r.is_error for r in results), [r.content[0].text for r in results if r.is_error]
     assert results[3].structured_content["rate_limited"] is True
     assert results[1].structured_content["rate_limited"] is False

@@ -18,6 +18,7 @@ from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
+from tests.footprint import state_footprint
 from tests.records import run_record
 from tests.supervisor.helpers import Stranger, wait_for
 
@@ -107,17 +108,6 @@ def test_stopping_an_ended_run_is_a_no_op_that_says_so(settings: Settings, regis
     assert registry.get_run("done").state == RunState.COMPLETED
 
 
-def _footprint(settings: Settings) -> dict[str, tuple[int, int, bytes]]:
-    """Size, mtime and bytes of every file under the state directory except SQLite's shared-
-    memory index (-shm: readers map it; it holds no data)."""
-    out = {}
-    for path in sorted(settings.home.rglob("*")):
-        if path.is_file() and not path.name.endswith("-shm"):
-            st = path.stat()
-            out[str(path)] = (st.st_size, st.st_mtime_ns, path.read_bytes())
-    return out
-
-
 def test_a_status_read_of_a_dead_run_writes_nothing_and_the_repair_records_it(
     tmp_path: Path, settings: Settings, registry: Registry
 ) -> None:
@@ -125,13 +115,13 @@ def test_a_status_read_of_a_dead_run_writes_nothing_and_the_repair_records_it(
     processes.stop_group(dead.pid, dead.pgid, dead.create_time, 2)
     run_dir = _add_run(settings, registry, "r1", RunState.RUNNING, supervisor=dead)
     (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.25}) + "\n")
-    before = _footprint(settings)
+    before = state_footprint(settings.home)
     status = service.run_status(settings, "r1", repair=False)
     listed = service.list_runs(settings, repair=False)
     # It reads as failed at once, with the cause, and nothing on disk changed.
     assert status.status == RunState.FAILED and "supervisor" in status.error and status.metrics.step == 1
     assert listed.runs[0].status == RunState.FAILED
-    assert _footprint(settings) == before
+    assert state_footprint(settings.home) == before
     assert registry.get_run("r1").state == RunState.RUNNING
     # The server's watcher records it (and a detached stopper ends what is left).
     assert service.repair_dead_runs(settings) == ["r1"]
