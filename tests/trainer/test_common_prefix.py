@@ -10,7 +10,6 @@ import pytest
 
 from mcp_rl.trainer.backends.base import TrainingExample
 from mcp_rl.trainer.backends.common_prefix import MIN_COMMON_TOKENS, common_length
-from tests.fakes.tinker_server import write_tiny_tokenizer
 
 
 def test_common_length_leaves_each_prefix_a_token_and_ignores_short_overlaps() -> None:
@@ -19,28 +18,6 @@ def test_common_length_leaves_each_prefix_a_token_and_ignores_short_overlaps() -
     assert common_length([tuple(shared), tuple(shared + [101])]) == len(shared) - 1
     assert common_length([tuple(shared[:5] + [7] * 30), tuple(shared[:5] + [8] * 30)]) == 0
     assert common_length([tuple(shared + [100])]) == 0
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    folder = Path(write_tiny_tokenizer(tmp_path_factory.mktemp("tiny-llama")))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
 
 
 def _examples(seed: int) -> list[TrainingExample]:

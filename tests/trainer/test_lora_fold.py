@@ -97,3 +97,29 @@ def test_an_untrained_adapter_gives_exactly_the_base() -> None:
             inside = model(input_ids=ids).logits
     assert folded is True
     assert torch.equal(inside, base)
+
+
+@pytest.mark.parametrize("eval_threads", [None, 1])
+def test_the_evaluation_runs_on_every_usable_core_then_gives_them_back(
+    tiny_model, eval_threads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_rl.evaluation import local_greedy
+    from mcp_rl.trainer.backends.local import LocalBackend
+    from mcp_rl.trainer.cpus import usable_cpus
+
+    backend = LocalBackend(tiny_model, lora_rank=2, eval_threads=eval_threads)
+    seen: list[int] = []
+
+    def greedy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return [[1]]
+
+    monkeypatch.setattr(local_greedy, "greedy_completions", greedy)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what a run's trainer uses on 2 cores
+        assert backend.sample_greedy([[5, 6, 7]], 4) == [[1]]
+        assert seen == [eval_threads or max(1, usable_cpus())]
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -25,6 +25,7 @@ def make_backend(config: RunConfig, settings: Settings) -> TrainingBackend:
             lora_rank=t.lora_rank,
             seed=t.seed,
             checkpoints_dir=config.paths.checkpoints_dir,
+            eval_threads=settings.torch_threads or None,
         )
     if t.backend == "tinker":
         # Per backend: the Tinker SDK only for a Tinker run.
