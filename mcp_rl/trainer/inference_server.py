@@ -1,7 +1,11 @@
-"""HTTP inference on the current policy: SGLang-style `/generate` and OpenAI-style completions.
+"""HTTP inference on the current policy: SGLang-style `/generate`, vLLM-style token-in
+`/inference/v1/generate`, and OpenAI-style completions.
 
 Atropos's `sglang` server type (and ManagedServer on top of it) posts token ids to `/generate`
-and reads tokens + logprobs back: that is what training needs. The OpenAI endpoints serve
+and reads tokens + logprobs back: that is what training needs. verifiers v1's `TrainClient`
+(through `renderers.client.generate`) posts token ids to `/inference/v1/generate` and checks
+that every `logprobs.content[i].token` is `"token_id:<choices[0].token_ids[i]>"` with a finite
+logprob: the same samples, in vLLM's shape. The OpenAI endpoints serve
 everything else (smoke tests, chat clients). All of them sample through one `Sampler`, so a
 trainer's server always answers from the latest weights.
 
@@ -40,6 +44,21 @@ class GenerateRequest(BaseModel):
     sampling_params: dict[str, Any] = Field(default_factory=dict)
     return_logprob: bool = False
     return_text_in_logprobs: bool = False
+
+
+class TokenGenerateRequest(BaseModel):
+    """vLLM's `/inference/v1/generate` body as verifiers' renderers client sends it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    token_ids: list[int]
+    sampling_params: dict[str, Any] = Field(default_factory=dict)
+
+
+# The context a prompt plus its completion may fill, reported as vLLM's `max_model_len` on
+# /v1/models (renderers refuses longer prompts before sending them).
+DEFAULT_MAX_MODEL_LEN = 8192
 
 
 class CompletionRequest(BaseModel):
@@ -170,6 +189,46 @@ class InferenceService:
                 }
             )
         return results[0] if n == 1 else results
+
+    # --- vLLM /inference/v1/generate (token in, token out) ---------------------------------
+    def generate_tokens(self, req: TokenGenerateRequest) -> dict[str, Any]:
+        params = dict(req.sampling_params)
+        n = int(params.get("n", 1) or 1)
+        temperature = params.get("temperature")
+        top_p = params.get("top_p")
+        seqs = self._sample(
+            list(req.token_ids),
+            n=n,
+            max_tokens=params.get("max_tokens", params.get("max_completion_tokens")),
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            stop=_stops(params.get("stop")),
+            stop_token_ids=params.get("stop_token_ids"),
+            seed=params.get("seed"),
+        )
+        choices = []
+        for i, seq in enumerate(seqs):
+            # The token is named by its id, never its text: the client checks the id, and a
+            # piece of a multi-byte character has no faithful text.
+            content = [
+                {"token": f"token_id:{tok}", "logprob": float(lp)}
+                for tok, lp in zip(seq.tokens, seq.logprobs, strict=True)
+            ]
+            choices.append(
+                {
+                    "index": i,
+                    "token_ids": list(seq.tokens),
+                    "logprobs": {"content": content},
+                    "finish_reason": seq.finish_reason,
+                }
+            )
+        return {
+            "request_id": f"gen-{next(self._ids)}",
+            "model": req.model or self.sampler.model_name,
+            "prompt_token_ids": list(req.token_ids),
+            "choices": choices,
+            "usage": _usage(len(req.token_ids), seqs),
+        }
 
     # --- OpenAI /v1/completions ------------------------------------------------------------
     def completions(self, req: CompletionRequest) -> dict[str, Any]:
@@ -333,11 +392,21 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": service.sampler.model_name, "object": "model", "owned_by": "mcp-rl"}]}
+        card = {
+            "id": service.sampler.model_name,
+            "object": "model",
+            "owned_by": "mcp-rl",
+            "max_model_len": DEFAULT_MAX_MODEL_LEN,
+        }
+        return {"object": "list", "data": [card]}
 
     @app.post("/generate")
     async def generate(req: GenerateRequest, request: Request) -> Any:
         return await _run(service.generate, req, request)
+
+    @app.post("/inference/v1/generate")
+    async def generate_tokens(req: TokenGenerateRequest, request: Request) -> Any:
+        return await _run(service.generate_tokens, req, request)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Any:
