@@ -29,6 +29,10 @@ _RUN_OPTION_ALIASES = {
     "rank": "lora_rank",
     "project": "wandb_project",
 }
+# Arguments a host adds to every tool on its own, meaning nothing to the server: dropped before the
+# check. Gemini CLI gives every tool a boolean `wait_for_previous` (its model sets it for dependent
+# calls) and forwards it unchanged.
+HOST_ARGUMENTS = frozenset({"wait_for_previous"})
 # Tools that act on the selected environment and its config.
 _USES_SELECTION = frozenset({"rl_start_training", "rl_test_inference", "rl_get_current_config", "rl_edit_config"})
 
@@ -74,7 +78,7 @@ def make_strict(mcp: MCPServer) -> None:
     """Refuse unknown arguments on every registered tool (call once, after registering).
 
     A check in front of each tool's argument validation, and `additionalProperties: false` in its
-    input schema. Not a stricter subclass of the argument model: building 17 pydantic models took
+    input schema. The arguments hosts inject (HOST_ARGUMENTS) are dropped, not refused. Not a stricter subclass of the argument model: building 17 pydantic models took
     about 110 ms of every start, a third of what the server adds to a bare MCPServer's start-up.
     """
     # The SDK has no public hook for argument validation; Tool and FuncMetadata are documented
@@ -92,6 +96,8 @@ def make_strict(mcp: MCPServer) -> None:
             _title: str = base.__name__,
             _validate: Any = validate,
         ) -> dict[str, Any]:
+            if isinstance(arguments, dict) and not HOST_ARGUMENTS.isdisjoint(arguments):
+                arguments = {k: v for k, v in arguments.items() if k in _valid or k not in HOST_ARGUMENTS}
             unknown = {k: v for k, v in arguments.items() if k not in _valid} if isinstance(arguments, dict) else {}
             if unknown:
                 message = unknown_arguments_message(_tool, unknown, _valid)

@@ -103,6 +103,19 @@ async def test_misplaced_arguments_say_where_they_belong_and_nothing_runs(home: 
     assert not (home / "tests").exists() or not any((home / "tests").iterdir())
 
 
+async def test_gemini_wait_for_previous_is_accepted_and_ignored_strictness_stays(home: Path) -> None:
+    # Gemini CLI adds `wait_for_previous` to every tool and forwards it: a dependent pair as it sends it.
+    async with Client(build_server(_settings(home))) as client:
+        listed = await client.call_tool("rl_list_environments", {"wait_for_previous": False})
+        chosen = await client.call_tool("rl_select_environment", {"name": "counting", "wait_for_previous": True})
+        config = await client.call_tool("rl_get_current_config", {"wait_for_previous": True})
+        both = await client.call_tool("rl_list_runs", {"wait_for_previous": True, "bogus_argument": 1})
+    assert not listed.is_error and not chosen.is_error, (listed.content, chosen.content)
+    assert not config.is_error and config.structured_content["environment"] == "counting", config.content
+    text = both.content[0].text
+    assert both.is_error and "does not take bogus_argument." in text and "wait_for_previous" not in text, text
+
+
 @pytest.fixture
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Everything of rl_start_training except spawning the supervisor (that is the e2e tier's)."""
