@@ -23,6 +23,7 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from mcp_rl.config import run_option_defaults
+from mcp_rl.environments.families import BuildState, all_statuses
 from mcp_rl.models import COMPLETE_MARKER, default_model_dir, gguf_path, is_hf_model_dir
 from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
@@ -464,6 +465,32 @@ def _json(body: bytes) -> dict:
 
 
 # --- all together --------------------------------------------------------------------------
+def check_families(settings: Settings) -> Check:
+    """The interpreters of environment families (verifiers, openenv): made on first use."""
+    parts, failed = [], []
+    for st in all_statuses(settings):
+        pins = ", ".join(st.packages)
+        if st.state is BuildState.READY:
+            parts.append(f"{st.family.value} ({pins}): ready at {st.python} (made in {st.seconds} s)")
+        elif st.state is BuildState.BUILDING:
+            parts.append(f"{st.family.value} ({pins}): being made, {st.seconds or 0:.0f} s so far: {st.detail}")
+        elif st.state is BuildState.FAILED:
+            parts.append(f"{st.family.value} ({pins}): making it failed: {st.detail}")
+            failed.append(st.family.value)
+        else:
+            parts.append(f"{st.family.value} ({pins}): not made yet (made on first use)")
+    return Check(
+        name="environment families",
+        status=Status.WARN if failed else Status.OK,
+        detail="; ".join(parts),
+        fix=(
+            f"Make it again: `python -m mcp_rl.environments.families build {failed[0]}` (needs the package index)."
+            if failed
+            else None
+        ),
+    )
+
+
 def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = HTTP_DEFAULT_PORT) -> Report:
     try:
         settings = Settings.from_env(env)
@@ -479,6 +506,7 @@ def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = H
         check_state_dir(settings),
         check_ports(http_port),
         check_keys(settings),
+        check_families(settings),
     ]
     remote = [
         ("tinker", lambda: check_tinker(settings)),

@@ -163,6 +163,8 @@ class Settings(BaseModel):
 
     home: Path
     env_paths: list[Path] = []
+    # Where the interpreters of environment families (verifiers, openenv) are made; None: home/families.
+    families_dir: Path | None = None
     # The original rate-limited rl_check_status to once per 30 minutes per run; 0 disables.
     status_min_interval_s: float = 1800.0
     introspect_timeout_s: float = 120.0
@@ -254,6 +256,7 @@ class Settings(BaseModel):
         return cls(
             home=home.resolve(),
             env_paths=_paths(env.get("MCP_RL_ENV_PATHS")),
+            families_dir=Path(fd).expanduser().resolve() if (fd := env.get("MCP_RL_FAMILIES_DIR")) else None,
             status_min_interval_s=_float(env, "MCP_RL_STATUS_MIN_INTERVAL", 1800.0),
             introspect_timeout_s=_float(env, "MCP_RL_INTROSPECT_TIMEOUT", 120.0),
             introspect_worker_idle_s=_float(env, "MCP_RL_INTROSPECT_WORKER_IDLE", 600.0),
