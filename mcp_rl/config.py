@@ -96,6 +96,37 @@ class RunOptions(BaseModel):
         "subtracts the group mean.",
     )
 
+    launcher: Literal["local", "slurm", "ray"] = Field(
+        "local",
+        description="Where the run's supervisor runs: local (this machine), slurm (one sbatch job) or ray (one Ray "
+        "job). Cluster jobs need the run folder on a filesystem the cluster shares and mcp-rl at the same path (or "
+        "cluster_venv).",
+    )
+    gpus: int = Field(0, ge=0, le=64, description="slurm/ray: GPUs the job asks for (one node).")
+    partition: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.,-]{1,128}$", description="slurm: the partition (None: the cluster's default)."
+    )
+    account: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="slurm: the account charged (None: your default)."
+    )
+    time_limit_minutes: int | None = Field(
+        None,
+        ge=1,
+        le=525_600,
+        description="slurm: the job's time limit; the run is stopped gently (final checkpoint kept) before it.",
+    )
+    ray_address: str | None = Field(
+        None,
+        pattern=r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}$",
+        description="ray: the Ray dashboard's address, e.g. http://127.0.0.1:8265 (None: that one).",
+    )
+    cluster_venv: str | None = Field(
+        None,
+        pattern=r"^/[^\n\x00]{0,1000}$",
+        description="slurm/ray: the venv (absolute path on the cluster) whose python runs the job; None: this "
+        "server's own interpreter at the same path.",
+    )
+
     @field_validator(
         "total_steps",
         "eval_every",
@@ -108,6 +139,8 @@ class RunOptions(BaseModel):
         "adam_beta2",
         "max_token_trainer_length",
         "save_checkpoint_interval",
+        "gpus",
+        "time_limit_minutes",
         mode="before",
     )
     @classmethod

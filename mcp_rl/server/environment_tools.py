@@ -313,8 +313,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         configurable_fields (type, default, description, current_value) can be changed with
         rl_edit_config; locked_fields are set by the infrastructure; run_options (backend, base
-        model, total_steps, batch_size, LoRA rank, learning rate, wandb_project, ...) are editable
-        with rl_edit_config too. `revision` identifies this config (see rl_start_training).
+        model, total_steps, batch_size, LoRA rank, learning rate, wandb_project, ...; launcher
+        local/slurm/ray with a cluster job's gpus, partition, account, time_limit_minutes,
+        ray_address) are editable with rl_edit_config too. `revision` identifies this config (see
+        rl_start_training).
         """
         budget = CallBudget(budget_s)
         await selected_spec_ready(jobs, service, budget, Progress(ctx, budget), "rl_get_current_config")

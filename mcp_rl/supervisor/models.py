@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.evaluation.summary import HeldOutSummary
 from mcp_rl.rundir import TrainerPhase
+from mcp_rl.supervisor.launchers import JobInfo, Submission
 from mcp_rl.supervisor.states import ProcState, RunState
 
 
@@ -28,6 +29,11 @@ class RunStarted(BaseModel):
     wandb_run_name: str | None = None
     logs: dict[str, str] = Field(description="Log resources by process: read them with resources/read.")
     status_resource: str
+    launcher: str = Field(default="local", description="local, slurm or ray (the launcher run option).")
+    job_id: str | None = Field(default=None, description="The scheduler's job id (slurm, ray).")
+    submission: Submission | None = Field(
+        default=None, description="Exactly what was submitted to the scheduler (no secrets)."
+    )
     message: str
 
 
@@ -83,6 +89,10 @@ class RunStatus(BaseModel):
     ports: dict[str, int | None] = Field(default_factory=dict)
     logs: dict[str, str] = Field(default_factory=dict)
     config_path: str | None = None
+    launcher: str = "local"
+    scheduler: JobInfo | None = Field(
+        default=None, description="slurm/ray runs: the job's state and reason as the scheduler reports them."
+    )
     checkpoints_disk_mb: float | None = Field(
         None,
         description="Disk used by the run's local checkpoints (MB); retention keeps the final, the kept and the "

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from mcp_rl import processes
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.launchers import JobInfo, JobState, job_info
 from mcp_rl.supervisor.models import Cleanup, ReconcileReport
 from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
-from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, ProcState, RunState, run_marker
+from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, TERMINAL_STATES, ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,60 @@ def _left_alone(registry: Registry, run: RunRecord, cleanup: Cleanup, name: str,
 
 
 def supervisor_gone(run: RunRecord, now: float) -> bool:
+    if run.launcher not in (None, "local"):
+        # A cluster job's supervisor runs on another node: the scheduler says whether it ended.
+        if run.job_id is None:
+            return now - run.created_at > LAUNCH_WINDOW_S
+        return job_of(run).ended
     if run.supervisor_pid is None:
         return now - run.created_at > LAUNCH_WINDOW_S
     return not processes.is_alive(run.supervisor_pid, run.supervisor_create_time)
+
+
+def job_of(run: RunRecord, fresh: bool = False) -> JobInfo:
+    assert run.launcher is not None and run.job_id is not None
+    return job_info(run.launcher, run.job_id, run.job_address, fresh=fresh)
+
+
+def _gone_cause(run: RunRecord) -> str:
+    """Why an active run ended without its supervisor recording it."""
+    if run.on_cluster:
+        return (
+            f"the {run.launcher} job ended while the run was {run.state}: {job_of(run).sentence()}. "
+            f"Check rl://runs/{run.run_id}/logs/supervisor."
+        )
+    if run.launcher not in (None, "local"):
+        return f"the {run.launcher} job was never submitted (the server that submitted it stopped first)"
+    pid = run.supervisor_pid
+    if pid:
+        return (
+            f"the run supervisor (pid {pid}) died while the run was {run.state}; its remaining processes are being "
+            f"ended (only those proven to be the run's). Check rl://runs/{run.run_id}/logs/supervisor."
+        )
+    return "the run supervisor never started (the server that launched it stopped first)"
+
+
+def with_scheduler_cause(registry: Registry | None, run: RunRecord, write: bool = True) -> RunRecord:
+    """An ended cluster run whose job was ended from outside mcp-rl (scancel, ray job stop, a time
+    limit, a node failure): its cause says so in the scheduler's words. Written once with `write`;
+    without it only the returned copy has it."""
+    if not run.on_cluster or run.state not in TERMINAL_STATES or (run.cause and f"job {run.job_id}" in run.cause):
+        return run
+    if registry is None:
+        return run  # who asked for the end is in the registry's events
+    info = job_of(run)
+    if not info.ended or info.state == JobState.COMPLETED:
+        return run
+    asked = any(
+        e.state == RunState.STOPPING and (e.cause or "").startswith("stop requested")
+        for e in registry.events(run.run_id)
+    )
+    if asked:
+        return run  # rl_stop_training ended it: the scheduler's "cancelled" is ours
+    cause = f"ended from outside mcp-rl: {info.sentence()}; the supervisor recorded: {run.cause}"
+    if registry is not None and write:
+        registry.update_run(run.run_id, cause=cause)
+    return run.model_copy(update={"cause": cause})
 
 
 def refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord:
@@ -84,17 +136,22 @@ def refresh(registry: Registry, run: RunRecord, settings: Settings) -> RunRecord
     exits at once): its leftover processes are ended by a detached stopper that outlives the
     caller (and by the next reconciliation if that one dies too).
     """
-    if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
+    if run.state not in ACTIVE_STATES:
+        return with_scheduler_cause(registry, run)
+    if not supervisor_gone(run, time.time()):
         return run
     _reconcile_run(registry, run, Policy.from_settings(settings), background=settings)
-    return registry.get_run(run.run_id) or run
+    latest = registry.get_run(run.run_id) or run
+    return with_scheduler_cause(registry, latest)
 
 
-def observe(run: RunRecord) -> RunRecord:
+def observe(run: RunRecord, registry: Registry | None = None) -> RunRecord:
     """What `refresh` would record, without writing: an active run whose supervisor is gone reads
     as failed (or stopped, if a stop was asked for). Status reads use this, so polling writes
     nothing; the server's own watcher (`repair_dead_runs`) and the next start record the end."""
-    if run.state not in ACTIVE_STATES or not supervisor_gone(run, time.time()):
+    if run.state not in ACTIVE_STATES:
+        return with_scheduler_cause(registry, run, write=False)
+    if not supervisor_gone(run, time.time()):
         return run
     if run.state == RunState.STOPPING:
         if stopper_at_work(run.run_dir):
@@ -102,14 +159,7 @@ def observe(run: RunRecord) -> RunRecord:
         return run.model_copy(
             update={"state": RunState.STOPPED, "cause": "stopped on request; the supervisor was gone"}
         )
-    pid = run.supervisor_pid
-    cause = (
-        f"the run supervisor (pid {pid}) died while the run was {run.state}; its remaining processes are being "
-        f"ended (only those proven to be the run's). Check rl://runs/{run.run_id}/logs/supervisor."
-        if pid
-        else "the run supervisor never started (the server that launched it stopped first)"
-    )
-    return run.model_copy(update={"state": RunState.FAILED, "cause": cause})
+    return run.model_copy(update={"state": RunState.FAILED, "cause": _gone_cause(run)})
 
 
 def repair_dead_runs(settings: Settings) -> list[str]:
@@ -165,6 +215,15 @@ def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, backgroun
     current = registry.get_run(run.run_id)
     if current is None or current.state not in ACTIVE_STATES:
         return current.state if current else run.state
+    if current.on_cluster or current.launcher not in (None, "local"):
+        # The scheduler has ended the job's processes: only the end is recorded here.
+        if current.state == RunState.STOPPING:
+            ended = job_of(current).sentence() if current.on_cluster else "no job was submitted"
+            registry.transition(run.run_id, RunState.STOPPED, f"stopped on request; {ended}")
+        else:
+            registry.transition(run.run_id, RunState.FAILED, _gone_cause(current))
+        latest = registry.get_run(run.run_id)
+        return latest.state if latest else RunState.FAILED
     if current.state == RunState.STOPPING:
         final, why = RunState.STOPPED, "stopped on request (supervisor gone)"
         # A run still stopping is not recorded as stopped while its processes live: a detached
@@ -174,15 +233,8 @@ def _reconcile_run(registry: Registry, run: RunRecord, policy: Policy, backgroun
             return RunState.STOPPING
         won = registry.transition(run.run_id, RunState.STOPPED, "stopped on request; the supervisor was gone")
     else:
-        pid = current.supervisor_pid
         final, why = RunState.FAILED, "stopped because the supervisor died"
-        cause = (
-            f"the run supervisor (pid {pid}) died while the run was {current.state}; its remaining "
-            f"processes are ended (only those proven to be the run's). Check rl://runs/{run.run_id}/logs/supervisor."
-            if pid
-            else "the run supervisor never started (the server that launched it stopped first)"
-        )
-        won = registry.transition(run.run_id, RunState.FAILED, cause)
+        won = registry.transition(run.run_id, RunState.FAILED, _gone_cause(current))
     if not won:  # another server or the supervisor itself recorded the end first and cleans up
         latest = registry.get_run(run.run_id)
         return latest.state if latest else final
@@ -212,7 +264,7 @@ def reconcile(settings: Settings, policy: Policy | None = None) -> ReconcileRepo
             report.stopped.append(run.run_id)
     for run_id in registry.ended_runs_with_live_processes():
         ended = registry.get_run(run_id)
-        if ended is not None and supervisor_gone(ended, now):
+        if ended is not None and not ended.on_cluster and supervisor_gone(ended, now):
             end_leftovers(registry, ended, policy, f"left alive after the run {ended.state}")
             report.cleaned.append(run_id)
     if report.failed or report.stopped or report.cleaned:

@@ -59,6 +59,9 @@ _LOGGED_NOTES: set[str] = set()
 # must not ask for the shared lock (a second flock on the same file would wait for itself).
 _HELD = threading.local()
 M = TypeVar("M", bound=BaseModel)
+# Columns of `runs` newer than some state.db files in use; added on first open.
+_ADDED_RUN_COLUMNS = ("launcher", "job_id", "job_address")
+_MIGRATED: set[Path] = set()
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -79,7 +82,10 @@ CREATE TABLE IF NOT EXISTS runs (
     supervisor_create_time REAL,
     wandb_project TEXT,
     wandb_run_name TEXT,
-    wandb_url TEXT
+    wandb_url TEXT,
+    launcher TEXT,
+    job_id TEXT,
+    job_address TEXT
 );
 CREATE TABLE IF NOT EXISTS run_processes (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -132,10 +138,17 @@ class RunRecord(BaseModel):
     wandb_project: str | None = None
     wandb_run_name: str | None = None
     wandb_url: str | None = None
+    launcher: str | None = None  # None or "local": this machine; "slurm"/"ray": a cluster job
+    job_id: str | None = None  # the scheduler's job id (cluster launchers)
+    job_address: str | None = None  # where the scheduler is asked (Ray's dashboard address)
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def on_cluster(self) -> bool:
+        return self.launcher not in (None, "local") and self.job_id is not None
 
 
 class ProcessRecord(BaseModel):
@@ -227,6 +240,7 @@ class Registry:
     def _open(self) -> None:
         # Created once per file; afterwards opening costs one read (status calls stay fast).
         if self._has_schema():
+            self._add_columns()
             return
         # Switching to WAL needs an exclusive lock, and SQLite refuses it at once (no busy wait) while
         # a second opener is creating tables, so first openers take turns on a lock file.
@@ -234,6 +248,22 @@ class Registry:
             if self._has_schema():
                 return
             self._create(why="missing" if not self.path.exists() else "empty")
+
+    def _add_columns(self) -> None:
+        """Columns added after a state.db was made (the cluster launchers' job columns); checked
+        once per file and process."""
+        if self.path in _MIGRATED:
+            return
+        with self._connect() as db:
+            have = {row[1] for row in db.execute("PRAGMA table_info(runs)").fetchall()}
+            for name in _ADDED_RUN_COLUMNS:
+                if name not in have:
+                    try:
+                        db.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
+                    except sqlite3.OperationalError as exc:
+                        if "duplicate column" not in str(exc):  # another process added it first
+                            raise
+        _MIGRATED.add(self.path)
 
     def _create(self, why: str, salvage_from: Path | None = None) -> None:
         """Tables, and the runs of the run directories: a missing or empty state.db (deleted, or

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from mcp_rl import processes
-from mcp_rl.config import Session, build_run_config, resolve_run_options
+from mcp_rl.config import RunOptions, Session, build_run_config, resolve_run_options
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
 from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.ports import port_is_free
-from mcp_rl.runconfig import RunConfig
+from mcp_rl.runconfig import RunConfig, write_text_atomic
 from mcp_rl.rundir import (
     COST_STEP_USD_KEY,
     COST_TOTAL_USD_KEY,
@@ -43,6 +43,16 @@ from mcp_rl.rundir import (
     is_run_id,
 )
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.launchers import (
+    JOB_STOP_MARGIN_S,
+    SUBMISSION_FILE,
+    ClusterLauncher,
+    JobState,
+    Resources,
+    Submission,
+    launcher_for,
+    supervisor_python,
+)
 from mcp_rl.supervisor.models import (
     ProcessStatus,
     RunList,
@@ -55,6 +65,7 @@ from mcp_rl.supervisor.models import (
 )
 from mcp_rl.supervisor.reconcile import (
     end_leftovers,
+    job_of,
     launch_stopper,
     observe,
     reconcile,
@@ -132,8 +143,11 @@ def start_run(settings: Settings, environments: EnvironmentService | None = None
     config = build_run_config(settings, session, spec, run_id)
     config = _with_start_checkpoint(settings, session, config)
     _validate(config, settings)
-
+    options, _ = resolve_run_options(settings, session.run_options, session.environment)
     run_dir = config.paths.run_dir
+    # A cluster job is checked with its scheduler before anything is written.
+    cluster = _prepare_job(settings, options, run_id, run_dir)
+
     config.paths.logs_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / RUN_FILE
     config.dump(config_path)
@@ -152,12 +166,18 @@ def start_run(settings: Settings, environments: EnvironmentService | None = None
             config_path=str(config_path),
             wandb_project=wandb.project if wandb.enabled else None,
             wandb_run_name=_wandb_run_name(config),
+            launcher=options.launcher,
+            job_address=cluster[0].address if cluster else None,
         ),
         cause="rl_start_training",
     )
     for name in PROCESS_NAMES:
         registry.set_process(run_id, name, state=ProcState.PENDING, log_path=str(config.paths.logs_dir / f"{name}.log"))
-    _launch_supervisor(settings, registry, run_id, run_dir)
+    submission = None
+    if cluster is None:
+        _launch_supervisor(settings, registry, run_id, run_dir)
+    else:
+        submission = _submit_job(settings, registry, run_id, run_dir, *cluster)
 
     logs = {name: log_uri(run_id, name) for name in LOG_NAMES}
     return RunStarted(
@@ -173,9 +193,14 @@ def start_run(settings: Settings, environments: EnvironmentService | None = None
         wandb_run_name=_wandb_run_name(config),
         logs=logs,
         status_resource=f"rl://runs/{run_id}",
+        launcher=options.launcher,
+        job_id=submission.job_id if submission else None,
+        submission=submission,
         message=(
             f"Run {run_id} is starting in the background ({config.trainer.backend} backend, "
-            f"{config.trainer.num_steps} steps): Atropos API, then trainer, then environment. "
+            f"{config.trainer.num_steps} steps"
+            + (f", {submission.launcher} job {submission.job_id}" if submission else "")
+            + "): Atropos API, then trainer, then environment. "
             f"It keeps going if this client disconnects. Poll rl_check_status('{run_id}'); "
             f"stop with rl_stop_training('{run_id}')."
         ),
@@ -213,6 +238,60 @@ def _validate(config: RunConfig, settings: Settings) -> None:
             raise UserError("The run config contains an API key; keys are taken from the environment only.")
 
 
+def _prepare_job(
+    settings: Settings, options: RunOptions, run_id: str, run_dir: Path
+) -> tuple[ClusterLauncher, Submission] | None:
+    """For a cluster launcher: its checks (UserError naming the option) and the exact submission."""
+    if options.launcher == "local":
+        for name in ("gpus", "partition", "account", "time_limit_minutes", "ray_address", "cluster_venv"):
+            if getattr(options, name):
+                raise UserError(
+                    f"Run option {name} is for cluster jobs but launcher is 'local'. Set launcher to slurm or ray, "
+                    f"or clear it with rl_edit_config('{name}', null)."
+                )
+        return None
+    resources = Resources(
+        gpus=options.gpus,
+        partition=options.partition,
+        account=options.account,
+        time_limit_minutes=options.time_limit_minutes,
+        ray_address=options.ray_address,
+        cluster_venv=options.cluster_venv,
+    )
+    python = supervisor_python(resources)
+    if not Path(python).is_file():
+        raise UserError(
+            f"The job would run {python}, which does not exist here: cluster jobs need mcp-rl at the same path on "
+            "the cluster's shared filesystem; set cluster_venv to the venv that has it."
+        )
+    launcher = launcher_for(options.launcher, options.ray_address)
+    launcher.check(resources)
+    policy = Policy.from_settings(settings)
+    submission = launcher.prepare(run_id, run_dir, resources, grace_s=policy.total_stop_s() + JOB_STOP_MARGIN_S)
+    launcher.dry_run(submission, settings.child_env())
+    return launcher, submission
+
+
+def _submit_job(
+    settings: Settings,
+    registry: Registry,
+    run_id: str,
+    run_dir: Path,
+    launcher: ClusterLauncher,
+    submission: Submission,
+) -> Submission:
+    try:
+        job_id = launcher.submit(submission, run_dir, settings.child_env())
+    except LaunchError as exc:
+        registry.transition(run_id, RunState.FAILED, f"the {launcher.name} job could not be submitted: {exc}")
+        raise
+    registry.update_run(run_id, job_id=job_id)
+    registry.record_event(run_id, "run", "submitted", f"{launcher.name} job {job_id}")
+    submission = submission.model_copy(update={"job_id": job_id})
+    write_text_atomic(run_dir / SUBMISSION_FILE, submission.model_dump_json(indent=2))
+    return submission
+
+
 def _launch_supervisor(settings: Settings, registry: Registry, run_id: str, run_dir: Path) -> None:
     argv = [sys.executable, "-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
     try:
@@ -241,7 +320,7 @@ def run_status(settings: Settings, run_id: str, repair: bool = True) -> RunStatu
     without it nothing is written (the MCP server's status tools: its watcher repairs)."""
     registry = registry_for(settings)
     run = _get_run(registry, run_id)
-    run = refresh(registry, run, settings) if repair else observe(run)
+    run = refresh(registry, run, settings) if repair else observe(run, registry)
     return _full_status(registry, run, time.time())
 
 
@@ -322,7 +401,10 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     notes = registry.notes + store.damage_report(run_dir)
     if notes:
         message += " Problems: " + " ".join(notes)
-    if run.state in TERMINAL_STATES:
+    scheduler = job_of(run) if run.on_cluster else None
+    if scheduler is not None and (run.state not in TERMINAL_STATES or scheduler.state != JobState.COMPLETED):
+        message += f" The {scheduler.sentence()}."
+    if run.state in TERMINAL_STATES and not run.on_cluster:
         message += _ending_note(registry, run)
     return RunStatus(
         **_identity(run, now),
@@ -336,6 +418,8 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         ports={"api": run.api_port, "inference": run.inference_port},
         logs={name: log_uri(run.run_id, name) for name in LOG_NAMES},
         config_path=run.config_path,
+        launcher=run.launcher or "local",
+        scheduler=scheduler,
         created_at=run.created_at,
         ended_at=run.ended_at,
         message=message,
@@ -404,7 +488,7 @@ def list_runs(settings: Settings, repair: bool = True) -> RunList:
     summaries = []
     notes = []
     for run in registry.list_runs():
-        run = refresh(registry, run, settings) if repair else observe(run)
+        run = refresh(registry, run, settings) if repair else observe(run, registry)
         latest = last_json_line(Path(run.run_dir) / METRICS_FILE) or {}
         step = latest.get(STEP_KEY)
         summaries.append(
@@ -484,6 +568,8 @@ def stop_run(
         current = registry.get_run(run.run_id)
         return current is not None and current.state in TERMINAL_STATES
 
+    if run.launcher not in (None, "local"):
+        return _stop_job(settings, registry, run_id, deadline, budget)
     supervisor = processes.prove(run.supervisor_pid, run.supervisor_create_time, run_marker(run.run_dir))
     if supervisor.alive and supervisor.process is not None:
         # A frozen supervisor cannot act on SIGTERM until continued.
@@ -512,6 +598,40 @@ def stop_run(
     if not ended():
         return _still_stopping(registry, run.run_id, budget, stopper)
     return _stop_result(registry, run.run_id, _left_alone_notes(registry, run.run_id))
+
+
+def _stop_job(settings: Settings, registry: Registry, run_id: str, deadline: float, budget: float) -> StopResult:
+    """A cluster run: the registry already says stopping (its supervisor, on its node, sees that and
+    stops gently); the job is also sent a TERM with no kill (a pending job is cancelled outright).
+    What does not end within this call is ended by a detached stopper: after the run's full stop
+    time it ends the job through the scheduler."""
+    run = _get_run(registry, run_id)
+    if run.job_id is None or run.launcher is None:  # submitted by a server that stopped first
+        registry.transition(run_id, RunState.STOPPED, "stopped on request; no job was submitted")
+        return _stop_result(registry, run_id, [])
+    launcher = launcher_for(run.launcher, run.job_address)
+    notes: list[str] = []
+    try:
+        if job_of(run, fresh=True).state == JobState.PENDING:
+            launcher.kill(run.job_id)
+        else:
+            launcher.request_stop(run.job_id)
+    except LaunchError as exc:
+        notes.append(f"the scheduler was not reached ({exc}); the supervisor stops on the registry's word")
+
+    def ended() -> bool:
+        current = registry.get_run(run_id)
+        return current is not None and current.state in TERMINAL_STATES and job_of(current, fresh=True).ended
+
+    processes.wait_until(ended, deadline)
+    current = _get_run(registry, run_id)
+    if current.state not in TERMINAL_STATES and job_of(current, fresh=True).ended:
+        registry.transition(run_id, RunState.STOPPED, f"stopped on request; {job_of(current).sentence()}")
+    if not ended():
+        stopper = launch_stopper(settings, current, "stopped on request")
+        result = _still_stopping(registry, run_id, budget, stopper)
+        return result.model_copy(update={"left_alone": result.left_alone + notes})
+    return _stop_result(registry, run_id, notes)
 
 
 def _left_alone_notes(registry: Registry, run_id: str) -> list[str]:

@@ -18,13 +18,17 @@ import time
 from pathlib import Path
 
 from mcp_rl import processes
+from mcp_rl.errors import LaunchError
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor.reconcile import STOPPER_LOCK, end_leftovers
-from mcp_rl.supervisor.registry import Registry, registry_for
+from mcp_rl.supervisor.launchers import JOB_STOP_MARGIN_S, launcher_for
+from mcp_rl.supervisor.reconcile import STOPPER_LOCK, end_leftovers, job_of
+from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import TERMINAL_STATES, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
 
 log = logging.getLogger("mcp_rl.supervisor.stopper")
+# After the scheduler was told to end a job: how long its end is waited for.
+KILL_WAIT_JOB_S = 60.0
 
 
 def finish(registry: Registry, run_id: str, policy: Policy, cause: str) -> RunState | None:
@@ -33,6 +37,8 @@ def finish(registry: Registry, run_id: str, policy: Policy, cause: str) -> RunSt
     run = registry.get_run(run_id)
     if run is None:
         return None
+    if run.launcher not in (None, "local"):
+        return _finish_job(registry, run, policy)
     supervisor = processes.prove(run.supervisor_pid, run.supervisor_create_time, run_marker(run.run_dir))
     if supervisor.alive:
         processes.continue_if_frozen(supervisor)
@@ -54,6 +60,32 @@ def finish(registry: Registry, run_id: str, policy: Policy, cause: str) -> RunSt
     registry.transition(run_id, RunState.STOPPED, "stopped on request; no process left")
     final = registry.get_run(run_id)
     log.info("run %s: %s; ended pids %s", run_id, final.state if final else "?", cleanup.ended)
+    return final.state if final else None
+
+
+def _finish_job(registry: Registry, run: RunRecord, policy: Policy) -> RunState | None:
+    """A cluster run: its full stop time for the job to end by itself after the gentle stop, then
+    the scheduler ends it (Slurm: scancel; Ray: its stop, which kills after the job's grace)."""
+    if run.job_id is None or run.launcher is None:
+        registry.transition(run.run_id, RunState.STOPPED, "stopped on request; no job was submitted")
+        final = registry.get_run(run.run_id)
+        return final.state if final else None
+    launcher = launcher_for(run.launcher, run.job_address)
+
+    def job_ended() -> bool:
+        return job_of(run, fresh=True).ended
+
+    if not processes.wait_until(job_ended, time.monotonic() + policy.total_stop_s() + JOB_STOP_MARGIN_S):
+        log.warning("run %s: %s job %s did not end in time; ending it", run.run_id, run.launcher, run.job_id)
+        try:
+            launcher.kill(run.job_id)
+        except LaunchError as exc:
+            log.error("run %s: %s", run.run_id, exc)
+        processes.wait_until(job_ended, time.monotonic() + KILL_WAIT_JOB_S)
+    info = job_of(run, fresh=True)
+    registry.transition(run.run_id, RunState.STOPPED, f"stopped on request; {info.sentence()}")
+    final = registry.get_run(run.run_id)
+    log.info("run %s: %s; %s", run.run_id, final.state if final else "?", info.sentence())
     return final.state if final else None
 
 

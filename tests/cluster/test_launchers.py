@@ -1,0 +1,129 @@
+"""The launchers against a real single-node Slurm cluster (a job of a few seconds, no training),
+and the checks that refuse a job before anything is written."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_rl.config import RunOptions
+from mcp_rl.errors import UserError
+from mcp_rl.ports import allocate_ports
+from mcp_rl.supervisor.launchers import JobState, Resources, job_info, launcher_for
+from mcp_rl.supervisor.launchers.slurm import SlurmLauncher
+from tests.cluster.slurm_cluster import SlurmCluster
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in slurm_cluster.env().items():
+        monkeypatch.setenv(name, value)
+    return dict(os.environ)
+
+
+def _wait_state(job_id: str, wanted: set[JobState], deadline_s: float = 60.0) -> JobState:
+    end = time.monotonic() + deadline_s
+    while True:
+        state = job_info("slurm", job_id, fresh=True).state
+        if state in wanted or time.monotonic() > end:
+            return state
+        time.sleep(0.2)
+
+
+def test_the_batch_script_carries_the_resources_and_the_gentle_stop(tmp_path: Path) -> None:
+    resources = Resources(gpus=2, partition="gpu", account="lab", time_limit_minutes=90)
+    submission = SlurmLauncher().prepare("abc123", tmp_path, resources, grace_s=150.5)
+    script = submission.script or ""
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=lab",
+        "#SBATCH --time=90",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --signal=B:TERM@151",
+        f"#SBATCH --output={tmp_path}/logs/supervisor.log",
+    ):
+        assert line in script.splitlines()
+    assert script.rstrip().endswith(f"-m mcp_rl.supervisor --run-dir {tmp_path}")
+    assert not list(tmp_path.iterdir())  # prepared, nothing written
+
+
+def test_slurm_refuses_a_partition_it_does_not_have_before_anything_is_submitted(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    launcher = SlurmLauncher()
+    submission = launcher.prepare("r1", tmp_path, Resources(partition="nope"), grace_s=60)
+    with pytest.raises(UserError, match="invalid partition"):
+        launcher.dry_run(submission, slurm_env)
+    launcher.dry_run(launcher.prepare("r1", tmp_path, Resources(), grace_s=60), slurm_env)
+
+
+def test_a_slurm_job_is_submitted_stopped_gently_and_read_back(
+    slurm_env: dict[str, str], slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    launcher = SlurmLauncher()
+    (tmp_path / "logs").mkdir()
+    submission = launcher.prepare("r2", tmp_path, Resources(), grace_s=60)
+    # A stand-in for the supervisor: says when TERM came and exits 0 (as a supervisor that stopped).
+    submission = submission.model_copy(
+        update={
+            "script": "#!/bin/bash\n"
+            f"#SBATCH --output={tmp_path}/logs/supervisor.log\n"
+            "trap 'echo got TERM; exit 0' TERM\necho started\nwhile true; do sleep 0.2; done\n"
+        }
+    )
+    job_id = launcher.submit(submission, tmp_path, slurm_env)
+    assert _wait_state(job_id, {JobState.RUNNING}) == JobState.RUNNING
+    launcher.request_stop(job_id)
+    assert _wait_state(job_id, {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED}) == JobState.COMPLETED
+    assert "got TERM" in (tmp_path / "logs" / "supervisor.log").read_text()
+
+
+def test_a_job_cancelled_from_outside_reads_cancelled_with_its_signal(
+    slurm_env: dict[str, str], slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    launcher = SlurmLauncher()
+    submission = launcher.prepare("r3", tmp_path, Resources(), grace_s=60)
+    submission = submission.model_copy(update={"script": "#!/bin/bash\n#SBATCH --output=/dev/null\nsleep 300\n"})
+    job_id = launcher.submit(submission, tmp_path, slurm_env)
+    assert _wait_state(job_id, {JobState.RUNNING}) == JobState.RUNNING
+    slurm_cluster.scancel(job_id)
+    assert _wait_state(job_id, {JobState.CANCELLED}) == JobState.CANCELLED
+    info = job_info("slurm", job_id)
+    assert info.scheduler_state == "CANCELLED" and info.ended
+    assert f"slurm job {job_id} is CANCELLED" in info.sentence()
+
+
+def test_a_ray_address_nobody_answers_is_refused_in_words() -> None:
+    (port,) = allocate_ports(1)
+    with pytest.raises(UserError, match="ray start --head"):
+        launcher_for("ray", f"http://127.0.0.1:{port}").check(Resources())
+
+
+def test_cluster_options_are_checked_as_run_options() -> None:
+    base = {
+        "base_model": "default",
+        "total_steps": 1,
+        "batch_size": 8,
+        "lora_rank": 8,
+        "learning_rate": 1e-4,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.95,
+        "max_token_trainer_length": 512,
+        "save_checkpoint_interval": 0,
+        "wandb_project": "p",
+    }
+    for bad in (
+        {"launcher": "kubernetes"},
+        {"partition": "a b"},
+        {"ray_address": "127.0.0.1:8265"},
+        {"cluster_venv": "relative/venv"},
+        {"gpus": True},
+        {"time_limit_minutes": 0},
+    ):
+        with pytest.raises(ValueError):
+            RunOptions.model_validate({**base, **bad})
+    ok = RunOptions.model_validate({**base, "launcher": "slurm", "partition": "gpu", "gpus": 1})
+    assert ok.launcher == "slurm" and ok.gpus == 1
