@@ -32,7 +32,7 @@ from mcp_rl.environments.config_check import check_whole_config
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
 from mcp_rl.environments.introspect_worker import IntrospectionWorker
-from mcp_rl.errors import NotFound, UserError, clip, clip_message
+from mcp_rl.errors import NotFound, NotSelected, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
 from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings, write_text_atomic
 from mcp_rl.settings import Settings, configs_dir
@@ -598,7 +598,7 @@ def edit_config(
 
     def change(session: Session) -> Session:
         if session.environment is None:
-            raise UserError("No environment selected. Call rl_select_environment(name) first.")
+            raise NotSelected("No environment selected. Call rl_select_environment(name) first.")
         options, _ = resolve_run_options(settings, session.run_options, session.environment)
         backend = effective_backend(settings, options.backend)
         locked = locked_fields(backend)
@@ -721,7 +721,7 @@ def unknown_environment(name: str, available: list[str]) -> NotFound:
 def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run_id: str) -> RunConfig:
     """The exact config a run's three processes get (ports are filled in by the supervisor)."""
     if session.environment is None:
-        raise UserError("No environment selected. Call rl_select_environment(name) first.")
+        raise NotSelected("No environment selected. Call rl_select_environment(name) first.")
     options, _ = resolve_run_options(settings, session.run_options, session.environment)
     backend = effective_backend(settings, options.backend)
     if backend == "tinker" and settings.tinker_api_key is None:

@@ -3,6 +3,9 @@
     McpRlError
      ├── UserError          bad input or a state the agent can fix; the message says how
      │    ├── NotFound      an unknown environment, run, test, field, ...
+     │    ├── Exploring     what an agent meets while finding its way: answered, not a tool error
+     │    │    ├── NotSelected  no environment selected yet
+     │    │    └── UnknownId    an unknown run, test, evaluation or export id (also a NotFound)
      │    └── DamagedState  a file of the state directory is unreadable; kept aside, never lost
      └── LaunchError        a process did not come up (which, why, the log tail)
 
@@ -30,6 +33,31 @@ class UserError(McpRlError, ValueError):
 
 class NotFound(UserError, LookupError):
     """Something named in the request does not exist."""
+
+
+class Exploring(UserError):
+    """Something an agent meets while it finds its way, before it knows what exists: no environment
+    selected yet, an id it guessed. The MCP adapter answers it as a normal result (saying what
+    exists), not as a tool error: hosts count errors (Hermes cuts a server off after three in a
+    row), and these are the agent's first steps, not anything broken."""
+
+    kind = "environment"
+
+    def __init__(self, message: str, value: str | None = None) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+class NotSelected(Exploring):
+    """No environment is selected yet."""
+
+
+class UnknownId(Exploring, NotFound):
+    """No run, test, evaluation or export has this id (`kind`: run_id, test_id, eval_id, export_id)."""
+
+    def __init__(self, message: str, kind: str, value: str) -> None:
+        super().__init__(message, value[:64] if isinstance(value, str) else None)
+        self.kind = kind
 
 
 class DamagedState(UserError):

@@ -11,7 +11,7 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import NotFound, clip
+from mcp_rl.errors import NotFound, UnknownId, clip
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.models import RunStatus
@@ -55,7 +55,9 @@ def _log_path(settings: Settings, run_id: str, process: str) -> Path:
     # The folder comes from the registry, never from the id, so no id can walk out of runs/.
     run = service.registry_for(settings).get_run(run_id)
     if run is None:
-        raise NotFound(f"Unknown run_id {clip(run_id)}. Call rl_list_runs to see the runs that exist.")
+        raise UnknownId(
+            f"Unknown run_id {clip(run_id)}. Call rl_list_runs to see the runs that exist.", "run_id", run_id
+        )
     return Path(run.run_dir) / "logs" / f"{process}.log"
 
 

@@ -14,7 +14,7 @@ from mcp_rl.environments.discovery import Catalog, EnvironmentInfo, ScanCache, s
 from mcp_rl.environments.gem_catalog import GemCatalog
 from mcp_rl.environments.introspect import ConfigSpec, read_config_spec
 from mcp_rl.environments.introspect_worker import IntrospectionWorker
-from mcp_rl.errors import UserError
+from mcp_rl.errors import NotSelected, UserError
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 
@@ -149,7 +149,7 @@ class EnvironmentService:
         if session.environment is None:
             # A damaged session.json was kept aside: say so, or the lost selection is a mystery.
             repaired = (" " + " ".join(session.notes)) if session.notes else ""
-            raise UserError(
+            raise NotSelected(
                 "No environment selected. Call rl_list_environments, then rl_select_environment(name)." + repaired
             )
         ref = session.environment

@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 
 from mcp_rl.costs.evaluation import EvaluationEstimate, ItemStats, estimate_evaluation, evaluation_cost, price_models
-from mcp_rl.errors import NotFound, UserError
+from mcp_rl.errors import UnknownId, UserError
 from mcp_rl.evaluation.checkpoint_models import (
     EVAL_ID_RE,
     RESULT_FILE,
@@ -300,8 +300,10 @@ def start_planned(settings: Settings, planned: Planned) -> EvaluationResult:
 def eval_folder(settings: Settings, eval_id: str) -> Path:
     path = evaluations_dir(settings) / eval_id
     if not EVAL_ID_RE.match(eval_id or "") or not (path / SPEC_FILE).is_file():
-        raise NotFound(
-            f"Unknown eval_id {eval_id!r}. rl_evaluate_checkpoint returns it; evaluations are kept in {evaluations_dir(settings)}."
+        raise UnknownId(
+            f"Unknown eval_id {eval_id!r}. rl_evaluate_checkpoint returns it; evaluations are kept in {evaluations_dir(settings)}.",
+            "eval_id",
+            eval_id,
         )
     return path
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from mcp_rl.errors import DamagedState, NotFound, UserError
+from mcp_rl.errors import DamagedState, NotFound, UnknownId, UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_id, read_checkpoints
 from mcp_rl.settings import Settings
@@ -75,13 +75,19 @@ def load_run(settings: Settings, run_id: str) -> RunConfig:
         DamagedState: run.yaml cannot be read.
     """
     if not is_run_id(run_id):
-        raise NotFound(f"Unknown run {run_id!r}: run ids are letters, digits, '-' and '_'. rl_list_runs lists them.")
+        raise UnknownId(
+            f"Unknown run {run_id!r}: run ids are letters, digits, '-' and '_'. rl_list_runs lists them.",
+            "run_id",
+            run_id,
+        )
     path = settings.runs_dir / run_id / RUN_FILE
     try:
         return RunConfig.load(path)
     except FileNotFoundError:
-        raise NotFound(
-            f"Unknown run {run_id!r}: there is no {RUN_FILE} under {settings.runs_dir}. rl_list_runs lists the runs."
+        raise UnknownId(
+            f"Unknown run {run_id!r}: there is no {RUN_FILE} under {settings.runs_dir}. rl_list_runs lists the runs.",
+            "run_id",
+            run_id,
         ) from None
 
 

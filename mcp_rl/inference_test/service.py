@@ -20,7 +20,7 @@ import anyio
 import yaml
 
 from mcp_rl import config
-from mcp_rl.errors import NotFound, UserError
+from mcp_rl.errors import NotFound, UnknownId, UserError
 from mcp_rl.evaluation.checkpoints import is_run_ref, resolve_ref
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
@@ -320,8 +320,10 @@ def test_dir(settings: Settings, test_id: str) -> Path:
     """
     path = settings.tests_dir / test_id
     if not TEST_ID_RE.match(test_id) or not (path / SPEC_FILE).is_file():
-        raise NotFound(
-            f"Unknown test_id {test_id!r}. Test ids are returned by rl_test_inference; tests are kept in {settings.tests_dir}."
+        raise UnknownId(
+            f"Unknown test_id {test_id!r}. Test ids are returned by rl_test_inference; tests are kept in {settings.tests_dir}.",
+            "test_id",
+            test_id,
         )
     return path
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.costs.summary import RunCost, add_billed, run_cost
 from mcp_rl.costs.tinker_billing import billed_for_run
-from mcp_rl.errors import NotFound, clip, clip_message
+from mcp_rl.errors import NotFound, UnknownId, clip, clip_message
 from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
@@ -94,7 +94,7 @@ def _registry_record(settings: Settings, run_id: str) -> Any:
 
 
 def _unknown(run_id: str) -> NotFound:
-    return NotFound(f"Unknown run_id {clip(run_id)}; call rl_list_runs to see the runs there are.")
+    return UnknownId(f"Unknown run_id {clip(run_id)}; call rl_list_runs to see the runs there are.", "run_id", run_id)
 
 
 def wandb_query(settings: Settings, run_id: str, config: RunConfig | None) -> WandbQuery:

@@ -19,6 +19,7 @@ from mcp_rl.server import (
     completions,
     environment_tools,
     evaluation_tools,
+    exploring,
     follow_tools,
     identity,
     inference_tools,
@@ -100,4 +101,6 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     completions.register(mcp, state)
     # Last: every tool registered above refuses arguments it does not declare.
     strict.make_strict(mcp)
+    # No environment selected, an unknown id: answers saying what exists, not tool errors.
+    exploring.answer_exploring_calls(mcp, state)
     return mcp

@@ -22,7 +22,7 @@ import psutil
 from mcp_rl import processes
 from mcp_rl.config import RunOptions, Session, build_run_config, resolve_run_options
 from mcp_rl.environments.service import EnvironmentService
-from mcp_rl.errors import DamagedState, LaunchError, NotFound, UserError, clip
+from mcp_rl.errors import DamagedState, LaunchError, NotFound, UnknownId, UserError, clip
 from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.ports import port_is_free
@@ -112,7 +112,9 @@ STOP_ANSWER_MARGIN_S = 3.0
 def _get_run(registry: Registry, run_id: str) -> RunRecord:
     run = registry.get_run(run_id) if is_run_id(run_id) else None
     if run is None:
-        raise NotFound(f"Unknown run_id {clip(run_id)}. Call rl_list_runs to see the runs that exist.")
+        raise UnknownId(
+            f"Unknown run_id {clip(run_id)}. Call rl_list_runs to see the runs that exist.", "run_id", run_id
+        )
     return run
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import NotFound, UserError
+from mcp_rl.errors import NotFound, UnknownId, UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import CHECKPOINTS_DIR, CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_id, read_checkpoints
 from mcp_rl.settings import Settings
@@ -65,7 +65,9 @@ class Run(BaseModel):
 
 def load_run(settings: Settings, run_id: str) -> Run:
     if not is_run_id(run_id) or not (settings.runs_dir / run_id / RUN_FILE).is_file():
-        raise NotFound(f"no run {run_id[:64]!r} in {settings.runs_dir}: rl_list_runs shows the runs there")
+        raise UnknownId(
+            f"no run {run_id[:64]!r} in {settings.runs_dir}: rl_list_runs shows the runs there", "run_id", run_id
+        )
     run_dir = settings.runs_dir / run_id
     return Run(run_id=run_id, run_dir=run_dir, config=RunConfig.load(run_dir / RUN_FILE))
 

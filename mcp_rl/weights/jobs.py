@@ -19,7 +19,7 @@ import psutil
 from pydantic import BaseModel, Field
 
 from mcp_rl.costs.exports import ExportCost, export_cost
-from mcp_rl.errors import NotFound, UserError
+from mcp_rl.errors import UnknownId, UserError
 from mcp_rl.settings import Settings
 from mcp_rl.weights.checkpoints import load_run, weights_for_export
 from mcp_rl.weights.export import ExportResult, ExportSpec, Format, check_dest
@@ -67,12 +67,12 @@ def write_status(job_dir: Path, status: ExportStatus) -> None:
 
 def read_status(settings: Settings, export_id: str) -> ExportStatus:
     if not export_id.replace("-", "").isalnum() or len(export_id) > 64:
-        raise NotFound(f"no export {export_id[:64]!r}")
+        raise UnknownId(f"no export {export_id[:64]!r}: rl_export_weights starts one", "export_id", export_id)
     job_dir = exports_dir(settings) / export_id
     try:
         status = ExportStatus.model_validate_json((job_dir / STATUS_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise NotFound(f"no export {export_id!r}: rl_export_weights starts one") from None
+        raise UnknownId(f"no export {export_id!r}: rl_export_weights starts one", "export_id", export_id) from None
     if status.state == ExportState.RUNNING and not _alive(status):
         status.state = ExportState.FAILED
         status.error = f"the export worker (pid {status.pid}) ended without a result; see {job_dir / LOG_FILE}"

@@ -50,6 +50,8 @@ async def test_refusals_say_what_to_do(home: Path, mode: str) -> None:
         out_of_range = await client.call_tool("rl_test_inference", {"num_steps": 0})
         with pytest.raises(MCPError) as unknown:
             await client.read_resource("rl://tests/20990101-000000-abcdef")
-    assert nothing_selected.is_error and "rl_select_environment" in nothing_selected.content[0].text
+    # Nothing selected is an answer (server/exploring.py); a bad value is an error.
+    assert not nothing_selected.is_error and "rl_select_environment" in nothing_selected.content[0].text
+    assert nothing_selected.structured_content["kind"] == "environment"
     assert out_of_range.is_error and "num_steps" in out_of_range.content[0].text
     assert unknown.value.error.code == -32602 and "Unknown test_id" in unknown.value.error.message

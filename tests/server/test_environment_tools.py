@@ -83,12 +83,13 @@ async def test_select_edit_and_read_config(home, mode):
         assert "wandb_project" in {o["name"] for o in current["run_options"]}
 
 
-async def test_config_before_select_is_a_tool_error(home, mode):
+async def test_config_before_select_is_an_answer_not_an_error(home, mode):
+    # Hosts count errors against the server (Hermes: three in a row); this is a first step.
     async with Client(server(home), mode=mode) as client:
         result = await client.call_tool("rl_get_current_config", {})
-        assert result.is_error and "rl_select_environment" in result.content[0].text
+        assert not result.is_error and "rl_select_environment" in result.content[0].text
         edit = await client.call_tool("rl_edit_config", {"field": "group_size", "value": 8})
-        assert edit.is_error
+        assert not edit.is_error and edit.structured_content["kind"] == "environment"
 
 
 async def test_fallback_reason_is_reported(home):

@@ -77,13 +77,15 @@ async def test_tool_surface_matches_the_original_with_honest_annotations(setting
     assert check.read_only_hint is True and listing.read_only_hint is True
 
 
-async def test_unknown_run_ids_are_tool_errors_pointing_to_rl_list_runs(settings, mode):
+async def test_unknown_run_ids_are_answers_pointing_to_rl_list_runs(settings, mode):
+    # Answers, not tool errors (server/exploring.py): hosts count errors against the server.
     async with Client(build_server(settings), mode=mode) as client:
         for tool in ("rl_check_status", "rl_stop_training"):
             result = await client.call_tool(tool, {"run_id": "nope"})
-            assert result.is_error and "rl_list_runs" in result.content[0].text
+            assert not result.is_error and "rl_list_runs" in result.content[0].text
+            assert result.structured_content["found"] is False
         result = await client.call_tool("rl_start_training", {})
-        assert result.is_error and "rl_select_environment" in result.content[0].text
+        assert not result.is_error and "rl_select_environment" in result.content[0].text
 
 
 async def test_status_list_and_resources_of_a_recorded_run(settings, mode):

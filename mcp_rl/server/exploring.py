@@ -1,0 +1,110 @@
+"""What an agent meets while it finds its way is an answer, not a tool error.
+
+Hosts count `isError` results: Hermes Agent marks a server unreachable after three in a row,
+whatever they were. "No environment selected" and an unknown run, test, evaluation or export id
+are an exploring agent's first steps, not anything broken, so they come back as normal results
+saying what exists (`found: false`, the ids there are, what to call next). Everything else that
+fails stays a tool error.
+
+Every tool's published output schema takes this answer as an alternative (`anyOf`), so clients
+that check structured content against the schema (the Python and TypeScript SDKs do) accept it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, Field
+
+from mcp_rl.errors import Exploring
+from mcp_rl.evaluation.checkpoint_eval import evaluations_dir
+from mcp_rl.server.state import AppState
+from mcp_rl.settings import Settings
+from mcp_rl.weights.jobs import exports_dir
+
+KNOWN_LIMIT = 20
+DEF_NAME = "ExploringAnswer"
+
+
+class ExploringAnswer(BaseModel):
+    """Not found or not chosen yet: what exists and what to call next (a normal result)."""
+
+    found: bool = Field(False, description="Always false: what was asked for does not exist (yet).")
+    kind: str = Field(description="What was missing: environment, run_id, test_id, eval_id or export_id.")
+    asked: str | None = Field(None, description="The id asked for (cut to 64 characters), if any.")
+    known: list[str] = Field(
+        default_factory=list, description=f"The ids that exist, newest first (at most {KNOWN_LIMIT})."
+    )
+    message: str = Field(description="What happened and what to call next.")
+
+
+def _ids_in(folder: Path, marker: str | None = None) -> list[str]:
+    try:
+        entries = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+    if marker is not None:
+        entries = [p for p in entries if (p / marker).exists()]
+    entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return [p.name for p in entries[:KNOWN_LIMIT]]
+
+
+_LISTERS: dict[str, Callable[[Settings], list[str]]] = {
+    "run_id": lambda s: _ids_in(s.runs_dir, "run.yaml"),
+    "test_id": lambda s: _ids_in(s.tests_dir),
+    "eval_id": lambda s: _ids_in(evaluations_dir(s)),
+    "export_id": lambda s: _ids_in(exports_dir(s)),
+}
+
+
+def answer_for(exc: Exploring) -> ExploringAnswer:
+    """The answer to an Exploring error (the ids that exist are filled in by `answer_exploring_calls`)."""
+    return ExploringAnswer(kind=exc.kind, asked=exc.value, message=str(exc))
+
+
+def _result(answer: ExploringAnswer, settings: Settings) -> CallToolResult:
+    lister = _LISTERS.get(answer.kind)
+    if lister is not None:
+        answer.known = lister(settings)
+        shown = ", ".join(answer.known) if answer.known else "none yet"
+        answer.message = f"{answer.message} Known {answer.kind}s: {shown}."
+    return CallToolResult(
+        content=[TextContent(type="text", text=answer.message)],
+        structured_content=answer.model_dump(mode="json"),
+    )
+
+
+def output_schema_with_answer(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` that also accepts an ExploringAnswer: its `required` moves into an `anyOf` branch."""
+    if schema.get("type") != "object" or "anyOf" in schema:
+        return schema
+    answer = ExploringAnswer.model_json_schema(mode="serialization")
+    answer.pop("title", None)
+    out = {k: v for k, v in schema.items() if k != "required"}
+    out["$defs"] = {**schema.get("$defs", {}), DEF_NAME: answer}
+    out["anyOf"] = [{"required": schema.get("required", [])}, {"$ref": f"#/$defs/{DEF_NAME}"}]
+    return out
+
+
+def answer_exploring_calls(mcp: MCPServer, state: AppState) -> None:
+    """Every registered tool answers an Exploring error as a normal result (call once, after
+    registering; `tool_errors` turns the error into an ExploringAnswer)."""
+    # FuncMetadata is a documented pydantic model of the SDK; its output fields are read live
+    # (schema_cache.py sets them the same way).
+    for tool in mcp._tool_manager.list_tools():
+        meta = tool.fn_metadata
+        if meta.output_schema is not None:
+            meta.output_schema = output_schema_with_answer(meta.output_schema)
+        convert = meta.convert_result
+
+        def convert_result(result: Any, _convert: Any = convert) -> Any:
+            if isinstance(result, ExploringAnswer):
+                return _result(result, state.settings)
+            return _convert(result)
+
+        # On the instance, as strict.make_strict does: not a field of the model.
+        object.__setattr__(meta, "convert_result", convert_result)
