@@ -27,6 +27,7 @@ from mcp_rl.server import (
     prompts,
     results_tools,
     schema_cache,
+    schema_formats,
     smoke_test_tools,
     strict,
     training_tools,
@@ -103,4 +104,6 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     strict.make_strict(mcp)
     # No environment selected, an unknown id: answers saying what exists, not tool errors.
     exploring.answer_exploring_calls(mcp, state)
+    # Only JSON Schema's own `format` values (pydantic's "path" makes hosts print warnings).
+    schema_formats.use_standard_formats(mcp)
     return mcp

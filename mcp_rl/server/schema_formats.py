@@ -1,0 +1,51 @@
+"""Only JSON Schema's own `format` values in the schemas clients see.
+
+pydantic writes `format: "path"` for a `Path` field (and `file-path`, `directory-path`,
+`password`, ...), which no JSON Schema validator knows: Claude Code, opencode and Gemini CLI's
+TypeScript SDK print `unknown format "path" ignored in schema at path ...` for each one. After
+every tool is registered, each non-standard `format` in its input and output schema becomes a
+plain string whose description says what it holds. Only the published schemas change: the
+argument and answer models validate as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server import MCPServer
+
+# JSON Schema 2020-12, "Defined Formats" (7.3), and draft-07's (a subset).
+STANDARD_FORMATS = frozenset(
+    {
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+        "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+        "json-pointer", "relative-json-pointer", "regex",
+    }
+)  # fmt: skip
+_SAYS = {"path": "a file system path", "file-path": "a path to a file", "directory-path": "a path to a folder"}
+
+
+def standard_formats(schema: Any) -> Any:
+    """A copy of `schema` with every non-standard `format` replaced by words in `description`."""
+    if isinstance(schema, list):
+        return [standard_formats(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: standard_formats(value) for key, value in schema.items()}
+    fmt = out.get("format")
+    if isinstance(fmt, str) and fmt not in STANDARD_FORMATS and isinstance(out.get("type", "string"), str):
+        del out["format"]
+        says = _SAYS.get(fmt, f"{fmt.replace('-', ' ')} text")
+        described = out.get("description")
+        out["description"] = f"{described} ({says})" if described else f"{says[0].upper()}{says[1:]}."
+    return out
+
+
+def use_standard_formats(mcp: MCPServer) -> None:
+    """Every registered tool's published input and output schema with standard formats only."""
+    for tool in mcp._tool_manager.list_tools():
+        tool.parameters = standard_formats(tool.parameters)
+        meta = tool.fn_metadata
+        if meta.output_schema is not None:
+            # Read live by the SDK (schema_cache.py sets it the same way).
+            meta.output_schema = standard_formats(meta.output_schema)
