@@ -20,7 +20,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -28,7 +28,10 @@ BASE_CLASS = "BaseEnv"
 # atroposlib's own BaseEnv subclasses that environments derive from (the later upstream
 # atroposlib has these; an environment using one then says so when selected).
 BASE_CLASSES = frozenset({BASE_CLASS, "StatefulToolEpisodeEnv", "TeacherDistillationEnv"})
-_BASE_BYTES = tuple(name.encode() for name in BASE_CLASSES)
+# A task file (mcp_rl.task) imports this module; its classes deriving from `Task` are tasks.
+TASK_MODULE = "mcp_rl.task"
+TASK_CLASS = "Task"
+_BASE_BYTES = (*(name.encode() for name in BASE_CLASSES), TASK_MODULE.encode())
 # Markers of a project root: config_init() of some environments reads files relative to it.
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Folders that never hold an environment (plus any hidden folder and any virtualenv).
@@ -50,6 +53,9 @@ class EnvironmentInfo(BaseModel):
     class_name: str
     file_path: Path
     description: str
+    # "task": a mcp_rl.task.Task subclass (the runner makes it an Atropos environment);
+    # "atropos": a BaseEnv subclass.
+    kind: Literal["atropos", "task"] = "atropos"
     source_dir: Path
     project_root: Path
     # Config edits applied on select: a virtual entry (a GEM id) is the bundled gem env with
@@ -167,22 +173,56 @@ def top_level_imports(tree: ast.Module) -> list[str]:
     return sorted(set(names) - {"__future__"})
 
 
+def _task_bases(tree: ast.Module) -> set[str]:
+    """The names under which the file's classes may derive from mcp_rl.task.Task: `Task` (or
+    its alias) imported from it, or `task.Task` / `mcp_rl.task.Task` after importing it."""
+    names: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == TASK_MODULE:
+            names.update(alias.asname or alias.name for alias in stmt.names if alias.name == TASK_CLASS)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == "mcp_rl":
+            if any(alias.name == "task" for alias in stmt.names):
+                names.add(TASK_CLASS)
+        elif isinstance(stmt, ast.Import) and any(alias.name == TASK_MODULE for alias in stmt.names):
+            names.add(TASK_CLASS)
+    return names
+
+
+def _derived(classes: list[ast.ClassDef], bases: set[str] | frozenset[str]) -> set[str]:
+    """Names of the classes deriving from one of `bases`, directly or through another class here."""
+    found: set[str] = set()
+    changed = True
+    while changed:  # fixed point
+        changed = False
+        for cls in classes:
+            if cls.name not in found and any(b in bases or b in found for b in _base_names(cls)):
+                found.add(cls.name)
+                changed = True
+    return found
+
+
+def task_class_names(path: Path) -> set[str]:
+    """The mcp_rl.task.Task subclasses defined in a file (empty when it cannot be parsed)."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    bases = _task_bases(tree)
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    return _derived(classes, bases) if bases else set()
+
+
 def parse_file(path: Path) -> list[EnvironmentInfo]:
-    """Environment classes defined in one file (raises SyntaxError/OSError/ValueError)."""
+    """Environment and task classes defined in one file (raises SyntaxError/OSError/ValueError)."""
     data = path.read_bytes()
     if not any(name in data for name in _BASE_BYTES):
         return []  # cheap pre-filter: most files of a repository are not environments
     tree = ast.parse(data.decode("utf-8"), filename=str(path))
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
-    env_classes: set[str] = set()
-    # Fixed point: a class is an environment if a base is BaseEnv or another env class here.
-    changed = True
-    while changed:
-        changed = False
-        for cls in classes:
-            if cls.name not in env_classes and any(b in BASE_CLASSES or b in env_classes for b in _base_names(cls)):
-                env_classes.add(cls.name)
-                changed = True
+    env_classes = _derived(classes, BASE_CLASSES)
+    task_bases = _task_bases(tree)
+    task_classes = _derived(classes, task_bases) - env_classes if task_bases else set()
+    env_classes |= task_classes
     if not env_classes:
         return []
     module_doc = _docstring_line(tree)
@@ -203,6 +243,7 @@ def parse_file(path: Path) -> list[EnvironmentInfo]:
                 project_root=root,
                 select_name=name,
                 imports=imports,
+                kind="task" if cls.name in task_classes else "atropos",
             )
         )
     return found

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from mcp_rl.task import Task
+
 
 def _relative_import_depth(file_path: Path) -> int:
     """The deepest relative import of the file (`from ..x import y` is 2), 0 for none."""
@@ -55,13 +57,16 @@ def package_location(file_path: Path) -> tuple[Path, str] | None:
     return folder, ".".join(parts)
 
 
-def load_module(file_path: Path, project_root: Path) -> ModuleType:
+def load_module(file_path: Path, project_root: Path, chdir: bool = True) -> ModuleType:
+    """The module of `file_path`; `chdir=False` leaves the working directory alone (a process
+    that only reads a task's items, such as the trainer)."""
     file_path = Path(file_path).resolve()
     project_root = Path(project_root).resolve()
     for folder in (str(file_path.parent), str(project_root)):
         if folder not in sys.path:
             sys.path.append(folder)
-    os.chdir(project_root)
+    if chdir:
+        os.chdir(project_root)
     location = package_location(file_path)
     if location is not None:
         search_root, dotted = location
@@ -85,10 +90,30 @@ def load_module(file_path: Path, project_root: Path) -> ModuleType:
     return module
 
 
-def load_env_class(file_path: Path, class_name: str, project_root: Path) -> Any:
-    """The environment class itself: the one named, defined in that file (not an imported one)."""
-    module = load_module(file_path, project_root)
+def load_class(file_path: Path, class_name: str, project_root: Path, chdir: bool = True) -> Any:
+    """The class named, defined in that file (not an imported one), as the file defines it."""
+    module = load_module(file_path, project_root, chdir=chdir)
     cls = getattr(module, class_name, None)
     if cls is None or getattr(cls, "__module__", None) != module.__name__:
         raise ImportError(f"{file_path} defines no class {class_name!r}")
     return cls
+
+
+def load_env_class(file_path: Path, class_name: str, project_root: Path) -> Any:
+    """The environment class itself: the Atropos class named, or the environment made from the
+    task class named (mcp_rl.task)."""
+    cls = load_class(file_path, class_name, project_root)
+    if isinstance(cls, type) and issubclass(cls, Task):
+        # atroposlib comes with the task runner: imported only by processes that run environments
+        from mcp_rl.environments.task_env import env_class_for
+
+        return env_class_for(cls, Path(file_path))
+    return cls
+
+
+def load_task(file_path: Path, class_name: str, project_root: Path) -> Task:
+    """An instance of the task class named (working directory unchanged; no atroposlib)."""
+    cls = load_class(file_path, class_name, project_root, chdir=False)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ImportError(f"{class_name} in {file_path} is not a mcp_rl.task.Task subclass")
+    return cls()

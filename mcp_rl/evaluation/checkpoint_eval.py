@@ -44,7 +44,7 @@ from mcp_rl.evaluation.checkpoints import (
     resolve_checkpoint,
     resolve_ref,
 )
-from mcp_rl.evaluation.heldout import held_out_set
+from mcp_rl.evaluation.heldout import held_out_set, is_task
 from mcp_rl.evaluation.item_stats import measure
 from mcp_rl.evaluation.worker import initial_result
 from mcp_rl.inference_test.models import model_slug
@@ -55,8 +55,8 @@ from mcp_rl.settings import Settings
 
 EVALUATIONS_DIR = "evaluations"
 MAX_COMPARE = 4
-# The environments whose held-out items mcp_rl.evaluation.heldout makes (it raises
-# NoHeldOutItems for any other name before importing anything: asked here at once).
+# The bundled environments whose held-out items mcp_rl.evaluation.heldout makes, besides tasks
+# (it raises NoHeldOutItems for any other name before importing anything: asked here at once).
 ITEM_ENVIRONMENTS = ("arithmetic", "gsm8k")
 
 ProgressCallback = Callable[[float, float, str], Awaitable[None]]
@@ -165,7 +165,7 @@ def plan(
     ref = resolve_checkpoint(settings, run_id, step)
     config = load_run(settings, run_id)
     name = config.environment.name
-    if name not in ITEM_ENVIRONMENTS:
+    if name not in ITEM_ENVIRONMENTS and not is_task(config.environment):
         held_out_set(name, {})  # raises NoHeldOutItems, saying why, for every other environment
     if ref.backend == "tinker" and settings.tinker_api_key is None:
         raise UserError(
@@ -222,7 +222,7 @@ def plan_priced(
     pricing = price_models(settings, [(m.id, m.kind, m.base_model) for m in spec.models])
     stats = None
     if not all(p.free for p in pricing):
-        stats = measure(settings, spec.environment.name, spec.env_config)
+        stats = measure(settings, spec.environment, spec.env_config)
     estimate, pricing = estimate_evaluation(
         stats or ItemStats(items=0, max_tokens=0, prompt_chars=0, messages=0), pricing
     )

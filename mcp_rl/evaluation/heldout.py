@@ -1,6 +1,8 @@
 """The held-out items of the bundled single-turn environments, as the trainer (and the checkpoint
 evaluation tool) sample and grade them: the same items every evaluation, never trained on.
 
+    a task      (mcp_rl.task) its held_out_items(), graded by its own score(); ids are the
+                prompt text the model sees (numbered when two are alike)
     arithmetic  the environment's eval split: >= 200 problems at the defaults, disjoint from the
                 training problems up to commutation, none of them a few-shot example
     gsm8k       the first `eval_size` problems of the dataset's test split
@@ -13,12 +15,14 @@ Each set carries the environment's evaluation sampling (greedy, its answer lengt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from mcp_rl.errors import UserError
+from mcp_rl.runconfig import EnvironmentRef
 
 
 class NoHeldOutItems(UserError):
@@ -47,8 +51,13 @@ class HeldOutSet(BaseModel):
         return float(self.grader(completion, item.answer))
 
 
-def held_out_set(environment: str, env_config: dict[str, Any]) -> HeldOutSet:
-    """The held-out items of `environment` with the run's environment config (run.yaml `env`)."""
+def held_out_set(environment: str | EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
+    """The held-out items of `environment` (a bundled name, or the run's environment reference,
+    which also finds tasks) with the run's environment config (run.yaml `env`)."""
+    if isinstance(environment, EnvironmentRef):
+        if is_task(environment):
+            return _task(environment, env_config)
+        environment = environment.name
     if environment == "arithmetic":
         return _arithmetic(env_config)
     if environment == "gsm8k":
@@ -111,3 +120,61 @@ def _gsm8k(env_config: dict[str, Any]) -> HeldOutSet:
         max_tokens=config.max_new_tokens,
         grader=gsm8k.score,
     )
+
+
+def is_task(ref: EnvironmentRef) -> bool:
+    """True when the reference names a mcp_rl.task.Task subclass (read from source, not imported)."""
+    # the AST scan of discovery (stdlib only)
+    from mcp_rl.environments.discovery import task_class_names
+
+    return ref.class_name in task_class_names(ref.file_path)
+
+
+def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
+    # the user's task file (and whatever it imports): only in processes that evaluate
+    from mcp_rl.environments.loader import load_task
+    from mcp_rl.task import Task
+
+    task = load_task(ref.file_path, ref.class_name, ref.project_root)
+    problems = list(task.held_out_items())
+    if not problems:
+        raise NoHeldOutItems(
+            f"task {ref.name!r} has no held-out items: give {ref.class_name} held_out_seeds (with item(seed)) or "
+            "a held_out_items() that returns them (200 is a good size)."
+        )
+    items = []
+    seen: dict[str, int] = {}
+    for i, problem in enumerate(problems):
+        messages = [dict(m) for m in task.messages(problem)]
+        text = _prompt_text(messages)
+        seen[text] = seen.get(text, 0) + 1
+        item_id = text if seen[text] == 1 else f"{text} #{seen[text]}"
+        items.append(HeldOutItem(id=item_id, messages=messages, answer=str(i)))
+
+    def grade(completion: str, index: str, task: Task = task, problems: list[Any] = problems) -> float:
+        # the task's own bounds check (task_env imports atroposlib; this must not)
+        value = float(task.score(completion, problems[int(index)]))
+        low, high = task.score_range
+        if not math.isfinite(value) or not low <= value <= high:
+            raise ValueError(
+                f"{type(task).__name__}.score returned {value!r} for held-out item {problems[int(index)]!r}: "
+                f"scores must be finite and within score_range {task.score_range}"
+            )
+        return value
+
+    max_tokens = int(env_config.get("max_new_tokens") or task.max_tokens)
+    return HeldOutSet(
+        environment=ref.name,
+        description=f"{len(items)} held-out items of task {ref.name!r} (its held_out_items(), never trained on)",
+        items=items,
+        max_tokens=max_tokens,
+        grader=grade,
+    )
+
+
+def _prompt_text(messages: list[dict[str, str]]) -> str:
+    """The text the model is asked: the last user message (the whole chat when there is none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return str(message.get("content", ""))
+    return "\n".join(str(m.get("content", "")) for m in messages)

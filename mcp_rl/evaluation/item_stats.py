@@ -1,6 +1,6 @@
 """The held-out items' count, answer length and prompt size, for the estimate before a paid
-evaluation: `python -m mcp_rl.evaluation.item_stats NAME` (the run's env config as JSON on stdin)
-prints them as one JSON line.
+evaluation: `python -m mcp_rl.evaluation.item_stats NAME` ({"config": the run's env config,
+"source": its environment reference or null} as JSON on stdin) prints them as one JSON line.
 
 A child process, because making the items imports the environment module (atroposlib, torch):
 the server stays light, and the wait has a deadline.
@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp_rl.costs.evaluation import ItemStats
 from mcp_rl.errors import UserError
+from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 
 TIMEOUT_S = 30.0
@@ -24,7 +25,7 @@ _MEASURED: dict[str, ItemStats] = {}
 _LOCK = threading.Lock()
 
 
-def item_stats(environment: str, env_config: dict[str, Any]) -> ItemStats:
+def item_stats(environment: str | EnvironmentRef, env_config: dict[str, Any]) -> ItemStats:
     # the environment module (atroposlib, torch): only in this child process
     from mcp_rl.evaluation.heldout import held_out_set
 
@@ -42,10 +43,12 @@ def item_stats(environment: str, env_config: dict[str, Any]) -> ItemStats:
 
 
 def measure(
-    settings: Settings, environment: str, env_config: dict[str, Any], timeout_s: float = TIMEOUT_S
+    settings: Settings, source: EnvironmentRef, env_config: dict[str, Any], timeout_s: float = TIMEOUT_S
 ) -> ItemStats:
     """item_stats in a child process; UserError (in words) when it fails or takes too long."""
-    key = json.dumps([environment, env_config], sort_keys=True, default=str)
+    environment = source.name
+    payload = json.dumps({"config": env_config, "source": source.model_dump(mode="json")}, default=str)
+    key = json.dumps([source.model_dump(mode="json"), env_config], sort_keys=True, default=str)
     with _LOCK:
         if key in _MEASURED:
             return _MEASURED[key]
@@ -53,7 +56,7 @@ def measure(
     try:
         done = subprocess.run(
             argv,
-            input=json.dumps(env_config, default=str),
+            input=payload,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -77,8 +80,10 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    env_config = json.loads(sys.stdin.read() or "{}")
-    print(item_stats(args[0], env_config).model_dump_json())
+    payload = json.loads(sys.stdin.read() or "{}")
+    source = payload.get("source")
+    environment = EnvironmentRef.model_validate(source) if source else args[0]
+    print(item_stats(environment, payload.get("config") or {}).model_dump_json())
     return 0
 
 

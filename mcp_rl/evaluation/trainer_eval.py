@@ -63,7 +63,7 @@ class HeldOutEvaluator:
     def held_out(self) -> HeldOutSet | None:
         if self._set is None and self._unavailable is None:
             try:
-                self._set = held_out_set(self.config.environment.name, self.config.env)
+                self._set = held_out_set(self.config.environment, self.config.env)
             except NoHeldOutItems as exc:
                 self._unavailable = str(exc)
                 log.info("no held-out evaluation: %s", exc)

@@ -121,7 +121,7 @@ class EvalWorker:
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> EvalState:
         try:
-            items = held_out_set(self.spec.environment.name, self.spec.env_config)
+            items = held_out_set(self.spec.environment, self.spec.env_config)
             n = len(items.items)
             models = [m.model_copy(update={"total": n}) for m in self.result.models]
             self.result = self.result.model_copy(update={"items": n, "held_out": items.description, "models": models})

@@ -42,6 +42,9 @@ class EnvironmentEntry(BaseModel):
     class_name: str
     file_path: str
     description: str
+    kind: Literal["atropos", "task"] = Field(
+        "atropos", description="task: a file using mcp-rl's task interface (mcp_rl.task); atropos: a BaseEnv class."
+    )
     missing_modules: list[str] = Field(
         default_factory=list,
         description="Top-level modules it imports that are not installed (static check); selecting it says what to install.",
@@ -187,7 +190,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """List the RL environments available for training.
 
         Scans the bundled environments and every folder in MCP_RL_ENV_PATHS for Atropos BaseEnv
-        classes (source only, nothing is imported). Files that fail to parse are listed under
+        classes and task files (subclasses of mcp_rl.task.Task, kind "task"; source only, nothing
+        is imported). Files that fail to parse are listed under
         `problems`; duplicate names under `duplicates`. GEM environments (gem-llm: games such as
         game:GuessTheNumber-v0-easy, Wordle, Sudoku; reasoning_gym tasks; math/code/QA datasets)
         are summarised under `gem`; pass `filter` to list matching GEM ids (paged), or read
@@ -241,6 +245,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                     class_name=e.class_name,
                     file_path=str(e.file_path),
                     description=e.description,
+                    kind=e.kind,
                     missing_modules=missing.get(e.select_name, []),
                 )
                 for e in environments
