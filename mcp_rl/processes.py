@@ -125,11 +125,13 @@ def spawn(
     env: Mapping[str, str],
     cwd: Path | None = None,
     marker: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start `argv` in a new session with its output appended to `log_path`, carrying `marker`.
 
     Without `marker` it keeps the one `env` carries (a worker's children stay its own), else gets
-    a fresh one; `identify` reads it back.
+    a fresh one; `identify` reads it back. `pass_fds` stay open in the child (the locks of the
+    leases and destinations it holds for its whole life).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child_env = dict(env)
@@ -144,6 +146,7 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
 
 

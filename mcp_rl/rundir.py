@@ -4,7 +4,11 @@ everything that reads it (the supervisor, the run service, the results and metri
     run.yaml             the run file (mcp_rl.runconfig): written once by the server
     metrics.jsonl        one JSON object per trainer step, appended and flushed after the step
     env_metrics.jsonl    what the environment logs, by step (mcp_rl.metrics.env_metrics)
-    checkpoints.jsonl    one `CheckpointRecord` per saved checkpoint
+    checkpoints.jsonl    the checkpoint index: one `CheckpointRecord` line per saved checkpoint,
+                         and one more per keep, TTL or delete (a later line for a path
+                         supersedes earlier ones); read with `read_index`, written with
+                         `append_checkpoint`, changed under `checkpoint_lock`
+    leases/              one file per export or evaluation using a checkpoint (`lease_checkpoint`)
     trainer_status.json  the trainer's `TrainerStatus`, rewritten atomically every few seconds
     checkpoints/         the saved weights and states
     logs/                one log per process
@@ -17,13 +21,20 @@ Stdlib and pydantic only: the trainer, the supervisor and the server all import 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mcp_rl.errors import UserError
+from mcp_rl.locking import LockTimeout, exclusive_lock
 
 # --- names -----------------------------------------------------------------------------------
 RUN_FILE = "run.yaml"
@@ -33,6 +44,10 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 TRAINER_STATUS_FILE = "trainer_status.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
+# Beside checkpoints.jsonl: the per-run lock every change of the run's checkpoints takes, and the
+# leases of the checkpoints an export or an evaluation is reading.
+CHECKPOINTS_LOCK = ".checkpoints.lock"
+LEASES_DIR = "leases"
 # Held-out evaluations (mcp_rl.evaluation): per-item outcomes of the evaluation taken at step S
 # in eval/step_{S:06d}.jsonl (format: mcp_rl.evaluation.outcomes).
 EVAL_DIR = "eval"
@@ -228,6 +243,13 @@ class CheckpointRecord(BaseModel):
     # Kept like a final one: the last of a stopped or failed run, or one a user chose to keep
     # (local retention never deletes it). A later line for the same path supersedes earlier ones.
     kept: bool = False
+    # Deleted by a user (rl_delete_checkpoint): no reader of the index names it any more.
+    deleted: bool = False
+
+    @property
+    def remote(self) -> bool:
+        """A service's checkpoint (a tinker:// path), not a local folder."""
+        return "://" in self.path
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -346,3 +368,119 @@ def read_checkpoints(path: Path) -> CheckpointsRead:
         except ValidationError:
             bad += 1
     return CheckpointsRead(records, bad, read.error)
+
+
+# --- the checkpoint index: one reader, one writer, one lock -------------------------------------
+def current_checkpoints(records: Iterable[CheckpointRecord]) -> list[CheckpointRecord]:
+    """The index as it stands: for each path its newest line (a later line supersedes earlier
+    ones; `final` sticks, as no keep or TTL line unmakes it), deleted ones left out, in the order
+    their newest lines were written."""
+    latest: dict[str, CheckpointRecord] = {}
+    for record in records:
+        previous = latest.pop(record.path, None)
+        if previous is not None and previous.final and not record.final:
+            record = record.model_copy(update={"final": True})
+        latest[record.path] = record
+    return [r for r in latest.values() if not r.deleted]
+
+
+def read_index(path: Path) -> CheckpointsRead:
+    """The run's checkpoints as they stand now (see `current_checkpoints`): what every reader
+    of checkpoints.jsonl uses."""
+    read = read_checkpoints(path)
+    return CheckpointsRead(current_checkpoints(read.records), read.bad, read.error)
+
+
+def append_checkpoint(path: Path, record: CheckpointRecord) -> None:
+    """Add one line to the index (the trainer's saves; keep, TTL and delete): written whole and
+    flushed to disk before returning, so a reader sees the line or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # `deleted` only on the line that deletes: the trainer's lines keep their brief format.
+    line = record.model_dump_json(exclude=None if record.deleted else {"deleted"}) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# Longest a keep/delete/TTL/retention/export/evaluation waits for another holder of a run's
+# checkpoint lock (each holds it for a read, a check and a few file operations, or one Tinker call).
+CHECKPOINT_LOCK_TIMEOUT_S = 30.0
+
+
+class CheckpointsBusy(UserError):
+    """Another change of the run's checkpoints held the lock past the deadline."""
+
+
+@contextlib.contextmanager
+def checkpoint_lock(run_dir: Path, timeout_s: float = CHECKPOINT_LOCK_TIMEOUT_S) -> Iterator[None]:
+    """The per-run lock around every read-check-change of a run's checkpoints (keep, delete,
+    TTL, retention, and the start of an export or evaluation that leases one)."""
+    try:
+        with exclusive_lock(run_dir / CHECKPOINTS_LOCK, timeout_s):
+            yield
+    except LockTimeout:
+        raise CheckpointsBusy(
+            f"the checkpoints of run {run_dir.name} are being changed by another call; try again in a moment"
+        ) from None
+
+
+def lease_checkpoint(run_dir: Path, checkpoint_path: str, holder: str) -> int:
+    """Lease a checkpoint for `holder` (an export or evaluation id): returns an open file
+    descriptor holding a lock on the lease file. The lease lasts while any process holds that
+    descriptor (hand it to the worker with `pass_fds`, then close yours): the kernel ends it when
+    the last holder exits, however it exits. Take it under `checkpoint_lock`."""
+    folder = run_dir / LEASES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", holder)[:100] or "lease"
+    fd = os.open(folder / f"{name}.json", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.write(fd, json.dumps({"path": checkpoint_path, "holder": holder}).encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class Lease(NamedTuple):
+    path: str  # the checkpoint path leased (a record's path, or a folder inside one)
+    holder: str
+
+
+def active_leases(run_dir: Path) -> list[Lease]:
+    """The leases still held (a lease whose holders all ended is removed). Call under
+    `checkpoint_lock`, so no lease is being taken meanwhile."""
+    folder = run_dir / LEASES_DIR
+    if not folder.is_dir():
+        return []
+    held = []
+    for file in sorted(folder.glob("*.json")):
+        try:
+            fd = os.open(file, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # someone holds it: the lease stands
+                try:
+                    data = json.loads(file.read_text(encoding="utf-8"))
+                    held.append(Lease(str(data["path"]), str(data.get("holder", file.stem))))
+                except (OSError, ValueError, KeyError, TypeError):
+                    held.append(Lease("", file.stem))  # unreadable: every checkpoint counts as leased
+                continue
+            file.unlink(missing_ok=True)  # nobody holds it: its holders ended
+        finally:
+            os.close(fd)
+    return held
+
+
+def leased_by(record_path: str, leases: Iterable[Lease]) -> str | None:
+    """The holder of a lease on the checkpoint at `record_path` (or on a folder inside it)."""
+    for lease in leases:
+        if not lease.path:
+            return lease.holder
+        if lease.path == record_path or ("://" not in record_path and Path(record_path) in Path(lease.path).parents):
+            return lease.holder
+    return None

@@ -12,6 +12,7 @@ be evaluated: only weights already saved are used.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import threading
@@ -51,6 +52,7 @@ from mcp_rl.inference_test.models import model_slug
 from mcp_rl.models import resolve_model
 from mcp_rl.processes import identify, is_alive, marker_for, spawn
 from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings
 
 EVALUATIONS_DIR = "evaluations"
@@ -276,13 +278,29 @@ def start_planned(settings: Settings, planned: Planned) -> EvaluationResult:
     """Write the planned spec and start the detached worker; returns at once."""
     spec = planned.spec
     folder = evaluations_dir(settings) / spec.eval_id
-    folder.mkdir(parents=True, mode=0o700)
-    spec_text = spec.model_dump_json(indent=1)
-    write_text_atomic(folder / SPEC_FILE, spec_text)
-    result = _result(planned)
-    write_text_atomic(folder / RESULT_FILE, result.model_dump_json(indent=1))
+    run_dir = settings.runs_dir / spec.run_id
     argv = [sys.executable, "-m", "mcp_rl.evaluation.worker", "--dir", str(folder)]
-    proc = spawn(argv, folder / WORKER_LOG, settings.child_env(), cwd=folder, marker=marker_for("eval", folder))
+    # The checkpoint is leased to the worker for its life: retention and rl_delete_checkpoint
+    # leave it alone until the evaluation has ended, however it ends.
+    with checkpoint_lock(run_dir):
+        resolve_checkpoint(settings, spec.run_id, spec.step)  # deleted or pruned since the plan: refused
+        folder.mkdir(parents=True, mode=0o700)
+        spec_text = spec.model_dump_json(indent=1)
+        write_text_atomic(folder / SPEC_FILE, spec_text)
+        result = _result(planned)
+        write_text_atomic(folder / RESULT_FILE, result.model_dump_json(indent=1))
+        lease = lease_checkpoint(run_dir, planned.info.weights, f"evaluation {spec.eval_id}")
+        try:
+            proc = spawn(
+                argv,
+                folder / WORKER_LOG,
+                settings.child_env(),
+                cwd=folder,
+                marker=marker_for("eval", folder),
+                pass_fds=[lease],
+            )
+        finally:
+            os.close(lease)
     # Reap it when it ends, so a long-lived server collects no zombies; it is not waited for.
     threading.Thread(target=proc.wait, name=f"reap-eval-{spec.eval_id}", daemon=True).start()
     ident = identify(proc.pid)

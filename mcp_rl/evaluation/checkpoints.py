@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from mcp_rl.errors import DamagedState, NotFound, UnknownId, UserError
 from mcp_rl.runconfig import RunConfig
-from mcp_rl.rundir import CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_id, read_checkpoints
+from mcp_rl.rundir import CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_id, read_index
 from mcp_rl.settings import Settings
 
 RUN_PREFIX = "run:"
@@ -102,8 +102,9 @@ def _weights_of(record: CheckpointRecord) -> str | None:
 
 
 def saved_weights(config: RunConfig) -> dict[int, tuple[str, bool]]:
-    """step -> (weights path, final) of every saved checkpoint still there, newest record wins."""
-    read = read_checkpoints(config.paths.checkpoints_index)
+    """step -> (weights path, final) of every saved checkpoint still there (deleted ones are
+    not: rundir.read_index), newest record wins."""
+    read = read_index(config.paths.checkpoints_index)
     if read.error:
         raise DamagedState(f"run {config.run_id}: {read.error}")
     found: dict[int, tuple[str, bool]] = {}

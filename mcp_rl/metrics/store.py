@@ -100,8 +100,9 @@ def damage_report(run_dir: Path) -> list[str]:
 
 
 def read_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
-    """Recorded checkpoints in the order written; malformed lines are skipped."""
-    return rundir.read_checkpoints(run_dir / CHECKPOINTS_FILE).records
+    """The run's checkpoints as they stand (rundir.read_index: the newest line of each path,
+    deleted ones left out), in the order written; malformed lines are skipped."""
+    return rundir.read_index(run_dir / CHECKPOINTS_FILE).records
 
 
 class WeightsInfo(BaseModel):

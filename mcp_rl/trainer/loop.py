@@ -33,7 +33,7 @@ from mcp_rl.rundir import (
     TOKENS_KEY,
     TrainerPhase,
     TrainerStartup,
-    read_checkpoints,
+    read_index,
 )
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.advantages import BatchStats
@@ -442,7 +442,7 @@ class Trainer:
         failure is only logged (the run's outcome stands)."""
         if self.backend is None or self.backend.checkpoint_ttl_s is None:
             return
-        records = read_checkpoints(self.config.paths.checkpoints_index).records
+        records = read_index(self.config.paths.checkpoints_index).records
         if not records:
             return
         last = max(r.step for r in records)

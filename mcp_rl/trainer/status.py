@@ -25,8 +25,9 @@ from mcp_rl.rundir import (
     RunPaths,
     TrainerPhase,
     TrainerStatus,
+    append_checkpoint,
     check_phase_change,
-    read_checkpoints,
+    read_index,
 )
 
 
@@ -95,13 +96,13 @@ class RunRecorder:
             step=step, kind=kind, path=path, time=time.time(), final=final, kept=kept, expires_at=expires_at
         )
         with self._lock:
-            _append_line(self.paths.checkpoints_index, record.model_dump())
+            append_checkpoint(self.paths.checkpoints_index, record)
         return record
 
 
 def last_state(path: Path) -> CheckpointRecord | None:
     """The newest resumable checkpoint recorded, by step."""
-    states = [r for r in read_checkpoints(path).records if r.kind == "state"]
+    states = [r for r in read_index(path).records if r.kind == "state"]
     return max(states, key=lambda r: (r.step, r.time or 0.0)) if states else None
 
 

@@ -1,7 +1,10 @@
 """A run's checkpoints as things an agent can see and keep.
 
-The run's `checkpoints.jsonl` is the list; a later line for the same path supersedes earlier
-ones (keeping, a new TTL and deleting append a line, the trainer's lines are never rewritten).
+The run's `checkpoints.jsonl` is the list, read and written through its owner, mcp_rl.rundir: a
+later line for the same path supersedes earlier ones (keeping, a new TTL and deleting append a
+line, the trainer's lines are never rewritten). Every keep, TTL and delete reads, checks and
+changes under the run's checkpoint lock, as retention does; a checkpoint an export or an
+evaluation has leased is not deleted.
 Local checkpoints live in `runs/<id>/checkpoints/<step>/` (the adapter folder and
 trainer_state.pt); Tinker checkpoints are `tinker://` paths whose expiry Tinker holds, changed
 through the real `tinker.RestClient` (what `tinker checkpoint set-ttl / delete` do).
@@ -19,10 +22,20 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.errors import NotFound, UnknownId, UserError
 from mcp_rl.runconfig import RunConfig
-from mcp_rl.rundir import CHECKPOINTS_DIR, CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_id, read_checkpoints
+from mcp_rl.rundir import (
+    CHECKPOINTS_DIR,
+    CHECKPOINTS_FILE,
+    RUN_FILE,
+    CheckpointRecord,
+    active_leases,
+    append_checkpoint,
+    checkpoint_lock,
+    is_run_id,
+    leased_by,
+    read_index,
+)
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.retention import disk_bytes, step_folder
-from mcp_rl.trainer.status import _append_line
 
 # Tinker takes TTLs from 1 hour to 10 years.
 MIN_TTL_S = 3600
@@ -73,17 +86,9 @@ def load_run(settings: Settings, run_id: str) -> Run:
 
 
 def current_records(run: Run) -> list[CheckpointRecord]:
-    """The newest line of each checkpoint path, deleted ones left out, by step then kind."""
-    latest: dict[str, CheckpointRecord] = {}
-    for record in read_checkpoints(run.run_dir / CHECKPOINTS_FILE).records:
-        previous = latest.get(record.path)
-        if previous is not None:
-            # Final sticks (a later keep or TTL line does not unmake it); kept is what the newest says.
-            record = record.model_copy(update={"final": record.final or previous.final})
-        latest[record.path] = record
-    return sorted(
-        (r for r in latest.values() if not (r.model_extra or {}).get("deleted")), key=lambda r: (r.step, r.kind)
-    )
+    """The newest line of each checkpoint path, deleted ones left out (rundir.read_index), by
+    step then kind."""
+    return sorted(read_index(run.run_dir / CHECKPOINTS_FILE).records, key=lambda r: (r.step, r.kind))
 
 
 def _info(run: Run, record: CheckpointRecord, remote: dict[str, Any]) -> CheckpointInfo:
@@ -95,10 +100,11 @@ def _info(run: Run, record: CheckpointRecord, remote: dict[str, Any]) -> Checkpo
     if local:
         path = Path(record.path)
         exists = path.exists()
-        if exists:
-            size = (path / "trainer_state.pt").stat().st_size if kind == "state" else disk_bytes(path)
-            if kind == "state" and not (path / "trainer_state.pt").is_file():
-                size = None
+        try:
+            if exists:
+                size = (path / "trainer_state.pt").stat().st_size if kind == "state" else disk_bytes(path)
+        except OSError:  # deleted while we looked (retention, a delete in another call)
+            exists, size = path.exists(), None
     elif record.path in remote:
         item = remote[record.path]
         size = item.size_bytes
@@ -181,31 +187,40 @@ def list_checkpoints(settings: Settings, run_id: str) -> CheckpointList:
     )
 
 
+def _on_disk(record: CheckpointRecord) -> bool:
+    return record.remote or Path(record.path).exists()
+
+
 def _at_step(run: Run, step: int) -> list[CheckpointRecord]:
-    found = [r for r in current_records(run) if r.step == step]
-    if not found:
-        steps = sorted({r.step for r in current_records(run)})
-        raise NotFound(f"run {run.run_id} has no checkpoint at step {step}; its checkpoints are at steps {steps}")
-    return found
+    """The checkpoint records of `step` that still exist (retention may have pruned a local one)."""
+    current = current_records(run)
+    found = [r for r in current if r.step == step]
+    there = [r for r in found if _on_disk(r)]
+    if not there:
+        steps = sorted({r.step for r in current if _on_disk(r)})
+        pruned = " (its folder was deleted by retention, keep_last_checkpoints)" if found else ""
+        raise NotFound(
+            f"run {run.run_id} has no checkpoint at step {step}{pruned}; its checkpoints are at steps {steps}"
+        )
+    return there
 
 
-def _append(run: Run, record: CheckpointRecord, **extra: Any) -> None:
-    data = record.model_dump()
-    data.update(extra, time=time.time())
-    _append_line(run.run_dir / CHECKPOINTS_FILE, data)
+def _append(run: Run, record: CheckpointRecord, **changes: Any) -> None:
+    append_checkpoint(run.run_dir / CHECKPOINTS_FILE, record.model_copy(update={**changes, "time": time.time()}))
 
 
 def keep(settings: Settings, run_id: str, step: int) -> CheckpointList:
     """Keep the checkpoint of `step` forever: Tinker removes its TTL; local retention skips it."""
     run = load_run(settings, run_id)
-    records = _at_step(run, step)
-    remote = [r.path for r in records if r.path.startswith("tinker://")]
-    if remote:
-        rest = rest_client(settings)
-        for future in [rest.set_checkpoint_ttl_from_tinker_path(p, None) for p in remote]:
-            future.result(timeout=REMOTE_TIMEOUT_S)
-    for record in records:
-        _append(run, record.model_copy(update={"kept": True, "expires_at": None}))
+    with checkpoint_lock(run.run_dir):
+        records = _at_step(run, step)
+        remote = [r.path for r in records if r.remote]
+        if remote:
+            rest = rest_client(settings)
+            for future in [rest.set_checkpoint_ttl_from_tinker_path(p, None) for p in remote]:
+                future.result(timeout=REMOTE_TIMEOUT_S)
+        for record in records:
+            _append(run, record, kept=True, expires_at=None)
     return list_checkpoints(settings, run_id)
 
 
@@ -217,40 +232,49 @@ def set_ttl(settings: Settings, run_id: str, step: int, ttl_hours: float) -> Che
     if not MIN_TTL_S <= seconds <= MAX_TTL_S:
         raise UserError(f"ttl_hours must be between 1 and {MAX_TTL_S // 3600} (10 years), got {ttl_hours:g}")
     run = load_run(settings, run_id)
-    records = _at_step(run, step)
-    remote = [r for r in records if r.path.startswith("tinker://")]
-    if not remote:
-        raise UserError(
-            "local checkpoints never expire (retention keeps the final, the kept and the last "
-            "keep_last_checkpoints): use rl_keep_checkpoint to protect this one from retention"
-        )
-    rest = rest_client(settings)
-    for future in [rest.set_checkpoint_ttl_from_tinker_path(r.path, seconds) for r in remote]:
-        future.result(timeout=REMOTE_TIMEOUT_S)
-    for record in remote:
-        _append(run, record.model_copy(update={"kept": False, "expires_at": time.time() + seconds}))
+    with checkpoint_lock(run.run_dir):
+        records = _at_step(run, step)
+        remote = [r for r in records if r.remote]
+        if not remote:
+            raise UserError(
+                "local checkpoints never expire (retention keeps the final, the kept and the last "
+                "keep_last_checkpoints): use rl_keep_checkpoint to protect this one from retention"
+            )
+        rest = rest_client(settings)
+        for future in [rest.set_checkpoint_ttl_from_tinker_path(r.path, seconds) for r in remote]:
+            future.result(timeout=REMOTE_TIMEOUT_S)
+        for record in remote:
+            _append(run, record, kept=False, expires_at=time.time() + seconds)
     return list_checkpoints(settings, run_id)
 
 
 def delete(settings: Settings, run_id: str, step: int) -> CheckpointList:
     """Delete an intermediate checkpoint: never the final, a kept one or the newest resumable."""
     run = load_run(settings, run_id)
-    records = _at_step(run, step)
-    if any(r.final or r.kept for r in records):
-        raise UserError(f"the checkpoint at step {step} is final or kept: it is not deleted")
-    newest = max((r.step for r in current_records(run) if r.kind == "state"), default=None)
-    if step == newest:
-        raise UserError(f"step {step} is the newest resumable checkpoint (a resume loads it): it is not deleted")
-    remote = [r.path for r in records if r.path.startswith("tinker://")]
-    if remote:
-        rest = rest_client(settings)
-        for future in [rest.delete_checkpoint_from_tinker_path(p) for p in remote]:
-            future.result(timeout=REMOTE_TIMEOUT_S)
-    for record in records:
-        folder = step_folder(record, run.run_dir / CHECKPOINTS_DIR)
-        if folder is not None and folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(folder)
-        _append(run, record, deleted=True)
+    with checkpoint_lock(run.run_dir):
+        records = _at_step(run, step)
+        if any(r.final or r.kept for r in records):
+            raise UserError(f"the checkpoint at step {step} is final or kept: it is not deleted")
+        newest = max((r.step for r in current_records(run) if r.kind == "state"), default=None)
+        if step == newest:
+            raise UserError(f"step {step} is the newest resumable checkpoint (a resume loads it): it is not deleted")
+        leases = active_leases(run.run_dir)
+        holder = next((h for r in records if (h := leased_by(r.path, leases)) is not None), None)
+        if holder is not None:
+            raise UserError(
+                f"the checkpoint at step {step} is in use by {holder} (an export or an evaluation): it is not "
+                "deleted; delete it once that has ended"
+            )
+        remote = [r.path for r in records if r.remote]
+        if remote:
+            rest = rest_client(settings)
+            for future in [rest.delete_checkpoint_from_tinker_path(p) for p in remote]:
+                future.result(timeout=REMOTE_TIMEOUT_S)
+        for record in records:
+            folder = step_folder(record, run.run_dir / CHECKPOINTS_DIR)
+            if folder is not None and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder)
+            _append(run, record, deleted=True)
     return list_checkpoints(settings, run_id)
 
 
