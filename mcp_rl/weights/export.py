@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from mcp_rl.atomic_dir import replace_dir, temp_sibling
 from mcp_rl.errors import UserError
 from mcp_rl.rundir import METRICS_FILE, read_jsonl
+from mcp_rl.weights.destination import MARKER_FILE, check_existing, write_marker
 
 Format = Literal["adapter", "merged"]
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -39,6 +40,8 @@ class ExportSpec(BaseModel):
     num_steps: int | None = None
     trainer_config: dict[str, Any] = {}
     push_to_hub: str | None = None
+    # The export already at `dest` (same run, step and format, written by mcp-rl) is only pushed.
+    push_only: bool = False
 
 
 class ExportResult(BaseModel):
@@ -48,14 +51,6 @@ class ExportResult(BaseModel):
     size_bytes: int
     seconds: float
     hub_url: str | None = None
-
-
-def check_dest(dest: Path, overwrite: bool) -> None:
-    """Refuse an existing destination unless `overwrite`; a link or a file is never replaced."""
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise UserError(f"{dest} exists and is not a folder: choose another dest")
-    if dest.exists() and not overwrite and any(dest.iterdir()):
-        raise UserError(f"{dest} exists: choose another dest, or pass overwrite=true to replace it")
 
 
 def eval_figures(run_dir: Path) -> dict[str, tuple[float, float, int, int]]:
@@ -132,10 +127,17 @@ def _save_tokenizer(base_model: str, target: Path, notes: list[str]) -> None:
         notes.append(f"tokenizer of {base_model} not included ({type(exc).__name__}); load it from the base model")
 
 
+def existing_result(spec: ExportSpec) -> ExportResult:
+    """The export already at `spec.dest`, described as a fresh one would be (nothing written)."""
+    files = sorted(str(p.relative_to(spec.dest)) for p in spec.dest.rglob("*") if p.is_file() and p.name != MARKER_FILE)
+    size = sum((spec.dest / f).stat().st_size for f in files)
+    return ExportResult(dest=str(spec.dest), format=spec.format, files=files, size_bytes=size, seconds=0.0)
+
+
 def export(spec: ExportSpec, adapter_dir: Path, progress: Progress) -> tuple[ExportResult, list[str]]:
     """Write the export of the adapter in `adapter_dir` to `spec.dest` (complete, or nothing)."""
     started = time.monotonic()
-    check_dest(spec.dest, spec.overwrite)
+    check_existing(spec.dest, spec.overwrite)  # again: the server checked before starting us
     spec.dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(spec.dest)
     tmp.mkdir()
@@ -149,11 +151,12 @@ def export(spec: ExportSpec, adapter_dir: Path, progress: Progress) -> tuple[Exp
         progress("writing the tokenizer and the model card")
         _save_tokenizer(spec.base_model, tmp, notes)
         (tmp / "README.md").write_text(model_card(spec), encoding="utf-8")
+        write_marker(tmp, run_id=spec.run_id, step=spec.step, format=spec.format, weights=spec.weights)
         replace_dir(tmp, spec.dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    files = sorted(str(p.relative_to(spec.dest)) for p in spec.dest.rglob("*") if p.is_file())
+    files = sorted(str(p.relative_to(spec.dest)) for p in spec.dest.rglob("*") if p.is_file() and p.name != MARKER_FILE)
     size = sum((spec.dest / f).stat().st_size for f in files)
     result = ExportResult(
         dest=str(spec.dest),

@@ -4,6 +4,7 @@ are a tinker:// path), pushes to the Hub if asked, and writes status.json as it 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
@@ -11,12 +12,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 import psutil
 
 from mcp_rl.costs.exports import export_cost
 from mcp_rl.settings import Settings
-from mcp_rl.weights.export import ExportSpec, export
+from mcp_rl.weights.export import ExportSpec, existing_result, export
+from mcp_rl.weights.hub import scrub
 from mcp_rl.weights.jobs import SPEC_FILE, STATUS_FILE, ExportState, ExportStatus, write_status
 
 log = logging.getLogger("mcp_rl.weights.worker")
@@ -33,33 +36,46 @@ def run(job_dir: Path, settings: Settings) -> int:
         write_status(job_dir, status)
 
     scratch: Path | None = None
+    secrets = _secrets(settings)
     try:
         adapter = Path(spec.weights)
-        if spec.weights.startswith("tinker://"):
-            # mcp_rl.weights.tinker_download imports tinker only when called
-            from mcp_rl.weights.tinker_download import EXPORT_TTL_S, download_checkpoint
+        if spec.push_only:
+            progress("the export is already there: pushing it as it is")
+            result, notes = existing_result(spec), list[str]()
+        else:
+            if spec.weights.startswith("tinker://"):
+                # mcp_rl.weights.tinker_download imports tinker only when called
+                from mcp_rl.weights.tinker_download import EXPORT_TTL_S, download_checkpoint
 
-            spec.dest.parent.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix=f".{spec.dest.name}.download-", dir=spec.dest.parent))
-            size = download_checkpoint(settings, spec.weights, scratch, progress)
-            status.cost = export_cost(True, EXPORT_TTL_S, size)
-            adapter = scratch
-        result, notes = export(spec, adapter, progress)
+                spec.dest.parent.mkdir(parents=True, exist_ok=True)
+                # Named with our pid: if we die, the server finds and removes it (mcp_rl.weights.jobs).
+                prefix = f".{spec.dest.name}.download-{os.getpid()}-"
+                scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=spec.dest.parent))
+                size = download_checkpoint(settings, spec.weights, scratch, progress)
+                status.cost = export_cost(True, EXPORT_TTL_S, size)
+                adapter = scratch
+            result, notes = export(spec, adapter, progress)
         status.notes = notes
+        status.result = result  # complete at dest from here on, whatever the push does
         if spec.push_to_hub:
             # mcp_rl.weights.hub imports huggingface_hub only when called
-            from mcp_rl.weights.hub import push
+            from mcp_rl.weights.hub import PushFailed, push
 
             progress(f"pushing to the Hugging Face Hub ({spec.push_to_hub}, private)")
-            result.hub_url = push(settings, spec.dest, spec.push_to_hub)
+            try:
+                result.hub_url = push(settings, spec.dest, spec.push_to_hub)
+            except PushFailed as exc:
+                status.hub_repo_created = exc.created
+                raise
         status.result = result
         status.state = ExportState.DONE
         status.phase = "done"
         return 0
     except Exception as exc:
-        log.exception("export failed")
+        # The text of an error may echo a request (a Hub's body, a URL with a key): scrubbed.
+        log.error("export failed: %s", scrub(f"{type(exc).__name__}: {exc}", *secrets))
         status.state = ExportState.FAILED
-        status.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+        status.error = scrub(f"{type(exc).__name__}: {str(exc)[:500]}", *secrets)
         return 1
     finally:
         if scratch is not None:
@@ -68,9 +84,45 @@ def run(job_dir: Path, settings: Settings) -> int:
         write_status(job_dir, status)
 
 
+def _secrets(settings: Settings) -> list[str]:
+    found = [
+        s.get_secret_value()
+        for s in (settings.hf_token, settings.tinker_api_key, settings.wandb_api_key, settings.openrouter_api_key)
+        if s is not None
+    ]
+    if settings.hf_token is None:
+        try:  # the user's `hf auth login`, which a push uses when HF_TOKEN is not set
+            from huggingface_hub import get_token
+
+            found.append(get_token() or "")
+        except ImportError:
+            pass
+    return [s for s in found if s]
+
+
+class _Scrubbed(io.TextIOBase):
+    """A text stream that hides the secrets in what is written to it (the worker's log)."""
+
+    def __init__(self, inner: TextIO, secrets: list[str]) -> None:
+        self._inner = inner
+        self._secrets = secrets
+
+    def write(self, text: str) -> int:
+        self._inner.write(scrub(text, *self._secrets))
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+
 def main() -> int:
+    settings = Settings.from_env()
+    # Everything written to the log (ours, a library's warnings, a traceback) is scrubbed.
+    secrets = _secrets(settings)
+    sys.stdout = _Scrubbed(sys.stdout, secrets)
+    sys.stderr = _Scrubbed(sys.stderr, secrets)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    return run(Path(sys.argv[1]), Settings.from_env())
+    return run(Path(sys.argv[1]), settings)
 
 
 if __name__ == "__main__":

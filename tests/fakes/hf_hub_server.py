@@ -23,6 +23,9 @@ class HubWire:
     requests: list[dict[str, Any]] = field(default_factory=list)
     unauthorized: int = 0
     validated: list[str] = field(default_factory=list)
+    # Refuse the commit with an error body that echoes the request's headers, as some Hubs and
+    # proxies do: the token then sits in the error text the client raises.
+    echo_on_commit: bool = False
 
 
 def build_app(wire: HubWire) -> Any:
@@ -58,6 +61,16 @@ def build_app(wire: HubWire) -> Any:
             wire.validated.append(json.loads(raw)["content"])
             return JSONResponse({"warnings": []})
         parts = path.strip("/").split("/")
+        if len(parts) in (4, 6) and parts[:2] == ["api", "models"] and request.method == "GET":  # repo_info
+            repo = f"{parts[2]}/{parts[3]}"
+            if repo not in wire.repos:
+                return JSONResponse(
+                    {"error": "Repository not found"}, status_code=404, headers={"X-Error-Code": "RepoNotFound"}
+                )
+            return JSONResponse({"id": repo, "private": wire.repos[repo]["private"], "siblings": []})
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "commit" and wire.echo_on_commit:
+            echoed = json.dumps(dict(request.headers))
+            return JSONResponse({"error": f"Bad request for {request.url}: headers {echoed}"}, status_code=400)
         if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "preupload":
             data = json.loads(raw)
             return JSONResponse(

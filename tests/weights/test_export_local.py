@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.errors import UserError
+from mcp_rl.weights.destination import MARKER_FILE, write_marker
 from mcp_rl.weights.export import ExportSpec, export
 
 pytestmark = pytest.mark.slow
@@ -116,8 +117,11 @@ def test_existing_dest_is_refused_and_a_full_disk_leaves_nothing(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(src, dst, *a, **k)
 
+    with pytest.raises(UserError, match="not written by an mcp-rl export"):
+        export(_spec(default_model, adapter, dest, "adapter", overwrite=True), adapter, lambda m: None)
+    write_marker(dest, run_id="run", step=1, format="adapter")  # an earlier export: overwrite may replace it
     monkeypatch.setattr(shutil, "copyfile", full_disk)
     with pytest.raises(OSError, match="No space"):
         export(_spec(default_model, adapter, dest, "adapter", overwrite=True), adapter, lambda m: None)
-    assert [p.name for p in dest.iterdir()] == ["mine.txt"]  # the old folder stands
+    assert sorted(p.name for p in dest.iterdir()) == [MARKER_FILE, "mine.txt"]  # the old folder stands
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]  # no partial folder left

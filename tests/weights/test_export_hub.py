@@ -1,0 +1,92 @@
+"""Hub pushes that tell the truth (issue 33), through the REAL huggingface_hub in the real export
+worker against a loopback Hub (HF_ENDPOINT) whose error body echoes the request's headers: the
+token is in no answer, status file or log; a failed push leaves the complete export and says so,
+with the repo it created; the same call again pushes that export without overwrite; no token is
+refused before any export work."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_rl.errors import UserError
+from mcp_rl.settings import Settings
+from mcp_rl.weights import jobs
+from mcp_rl.weights.destination import MARKER_FILE
+from mcp_rl.weights.hub import scrub
+from mcp_rl.weights.jobs import ExportState
+from tests.conftest import make_env
+from tests.fakes.hf_hub_server import HubServer
+from tests.weights.test_export_destinations import _run
+
+TOKEN = "hf_echoedTokenValue1234567890abcd"
+REPO = "someone/my-model"
+
+
+def _export(settings: Settings, dest: Path) -> jobs.ExportStatus:
+    status = jobs.start(settings, "r1", step=1, format="adapter", dest=str(dest), push_to_hub=REPO, overwrite=False)
+    deadline = time.monotonic() + 120
+    while status.state == ExportState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = jobs.read_status(settings, status.export_id)
+    status.message = jobs.describe(status, tinker=False)
+    return status
+
+
+def test_an_echoing_hub_never_gets_the_token_out_and_a_failed_push_keeps_the_export(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings.from_env(make_env(home, HF_TOKEN=TOKEN))
+    settings.ensure_home()
+    _run(settings)
+    dest = tmp_path / "out"
+    with HubServer(TOKEN) as hub:
+        # The worker inherits this process's environment (Settings.child_env): the loopback Hub.
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hfhome"))
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # the loopback Hub is the only one reachable
+            monkeypatch.delenv(name, raising=False)
+        hub.wire.echo_on_commit = True
+        failed = _export(settings, dest)
+        assert failed.state == ExportState.FAILED, failed
+        assert any("/commit/" in r["path"] for r in hub.wire.requests)  # the Hub echoed it
+        hub.wire.echo_on_commit = False
+        again = _export(settings, dest)
+    answer = failed.model_dump_json()
+    assert TOKEN not in answer and "***" in (failed.error or ""), failed.error
+    assert f"complete in {dest}" in failed.message and "Nothing was left" not in failed.message
+    assert f"{REPO} was created" in failed.message and "no overwrite needed" in failed.message
+    assert (dest / MARKER_FILE).is_file() and (dest / "adapter_config.json").is_file()
+    for file in home.rglob("*"):  # status.json, spec.json, export.log of both exports
+        if file.is_file():
+            assert TOKEN not in file.read_text(errors="ignore"), file
+    assert again.state == ExportState.DONE, again
+    assert again.result is not None and (again.result.hub_url or "").endswith(REPO)
+    assert "adapter_config.json" in hub.wire.files[REPO] and hub.wire.repos[REPO]["private"] is True
+    log = (jobs.exports_dir(settings) / again.export_id / jobs.LOG_FILE).read_text()
+    assert "already there" in log
+
+
+def test_no_token_is_refused_before_any_export_work(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_TOKEN_PATH", str(tmp_path / "none" / "token"))
+    settings = Settings.from_env(make_env(home))
+    settings.ensure_home()
+    _run(settings)
+    with pytest.raises(UserError, match="no Hugging Face token"):
+        jobs.start(
+            settings, "r1", step=1, format="adapter", dest=str(tmp_path / "o"), push_to_hub=REPO, overwrite=False
+        )
+    assert not (tmp_path / "o").exists() and not jobs.exports_dir(settings).exists()
+
+
+def test_scrub_hides_the_token_in_headers_bodies_and_urls() -> None:
+    text = json.dumps({"authorization": f"Bearer {TOKEN}", "url": f"https://hub/x?token={TOKEN}"})
+    assert TOKEN not in scrub(text, TOKEN) and TOKEN not in scrub(text)
+    assert scrub("Authorization: Bearer abc.def-1") == "Authorization: Bearer ***"
