@@ -99,21 +99,28 @@ def register(mcp: MCPServer, state: AppState) -> None:
             ),
         ] = "adapter",
         dest: Annotated[
-            str | None, Field(description="Destination folder; default runs/<run_id>/exports/step_<N>-<format>.")
+            str | None,
+            Field(description="Absolute destination folder; default runs/<run_id>/exports/step_<N>-<format>."),
         ] = None,
         push_to_hub: Annotated[
             str | None,
             Field(description="Also push to this Hugging Face repo ('user/name'), private, with your HF_TOKEN/login."),
         ] = None,
-        overwrite: Annotated[bool, Field(description="Replace an existing dest folder.")] = False,
+        overwrite: Annotated[
+            bool, Field(description="Replace an existing dest folder that an earlier mcp-rl export wrote.")
+        ] = False,
     ) -> ExportStatus:
         """Take the trained model away: export a run's weights to a folder (and optionally the
         Hub). A Tinker run's checkpoint is downloaded through the Tinker SDK first, which starts
         a short Tinker session on the base model (no tokens; the answer's cost estimates the
         temporary checkpoint's storage, a fraction of a cent); merging a Tinker run needs the
-        base weights from the Hugging Face hub. An existing dest is refused unless overwrite;
-        a failed export leaves nothing behind. Long exports continue in the background: the
-        answer then has state 'running' and rl_get_export_result(export_id) collects it."""
+        base weights from the Hugging Face hub. dest is an absolute folder path, never through
+        a link, never '/', a home folder itself, or inside the runs folder (except the default);
+        an existing dest is refused unless overwrite, which replaces only a folder an earlier
+        export wrote. One export per dest at a time. A failed export leaves nothing behind; a
+        failed push leaves the complete export and the same call pushes it again. Long exports
+        continue in the background: the answer then has state 'running' and
+        rl_get_export_result(export_id) collects it."""
         budget = CallBudget(settings.tool_time_budget_s)
         progress = Progress(ctx, budget)
         status = await anyio.to_thread.run_sync(
