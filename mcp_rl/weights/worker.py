@@ -92,6 +92,7 @@ def _secrets(settings: Settings) -> list[str]:
     ]
     if settings.hf_token is None:
         try:  # the user's `hf auth login`, which a push uses when HF_TOKEN is not set
+            # huggingface_hub: only when the token is not in the environment
             from huggingface_hub import get_token
 
             found.append(get_token() or "")
