@@ -8,7 +8,7 @@ import anyio
 from pydantic import BaseModel
 
 from mcp_rl import config
-from mcp_rl.environments import gem_catalog
+from mcp_rl.environments import families, gem_catalog, openenv_catalog, verifiers_catalog
 from mcp_rl.environments.dependencies import ImportChecker
 from mcp_rl.environments.discovery import Catalog, EnvironmentInfo, ScanCache, scan
 from mcp_rl.environments.gem_catalog import GemCatalog
@@ -48,7 +48,17 @@ class EnvironmentService:
         # the select only pays for the environment's own imports.
         if self.worker is not None:
             self.worker.start()
-        return scan(self.settings.environment_dirs(), self._scan_cache)
+        catalog = scan(self.settings.environment_dirs(), self._scan_cache)
+        # OpenEnv folders (openenv.yaml) and verifiers tasksets on MCP_RL_ENV_PATHS: virtual
+        # entries of the bundled environment of their family.
+        for module in (openenv_catalog, verifiers_catalog):
+            bundled = (self.settings.environment_dirs()[0] / module.ENV_FILE).resolve()
+            base = next((e for e in catalog.environments if e.file_path.resolve() == bundled), None)
+            if base is not None and self.settings.env_paths:
+                taken = set(catalog.names)
+                extra = [e for e in module.entries(base, self.settings.env_paths) if e.select_name not in taken]
+                catalog = catalog.model_copy(update={"environments": [*catalog.environments, *extra]})
+        return catalog
 
     def missing_modules(self, catalog: Catalog) -> dict[str, list[str]]:
         """Per select name: top-level imports not installed (static: nothing is imported)."""
@@ -130,6 +140,17 @@ class EnvironmentService:
         )
         if env.preset:
             note += f" Preset: {', '.join(f'{k}={v!r}' for k, v in env.preset.items())}."
+        if (
+            env.file_path.name == openenv_catalog.ENV_FILE
+            and env.file_path.parent == self.settings.environment_dirs()[0]
+        ):
+            # Its server runs in the openenv interpreter: start making it now, not at the run's start.
+            family = families.start_build(self.settings, families.Family.OPENENV)
+            if not family.ready:
+                note += (
+                    f" The openenv interpreter ({', '.join(family.packages)}) is being made in the background "
+                    f"({family.folder}); a run waits for it. `mcp-rl doctor` shows its progress."
+                )
         return SelectResult(
             message=f"Selected {env.name} ({env.class_name}).{note}",
             environment=env.name,
