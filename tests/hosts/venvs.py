@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.hosts.clients import unavailable
 
 # Outside the checkout and the test's temporary folders, so a second session reuses it.
 VENVS_DIR = Path(os.environ.get("MCP_RL_TEST_VENVS", Path.home() / ".cache" / "mcp-rl-test-venvs"))
@@ -19,7 +19,8 @@ INSTALL_TIMEOUT_S = 600
 
 def host_venv(name: str, requirement: str) -> Path:
     """The Python of a venv holding `requirement`, created once; skips the test (with the reason)
-    when it cannot be installed (no index reachable, no wheel for this Python)."""
+    when it cannot be installed (no index reachable, no wheel for this Python), and fails it in CI
+    (CI=true)."""
     folder = VENVS_DIR / name
     python = folder / "bin" / "python"
     marker = folder / ".installed"
@@ -36,9 +37,9 @@ def host_venv(name: str, requirement: str) -> Path:
             try:
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                pytest.skip(f"installing {requirement} took more than {INSTALL_TIMEOUT_S} s")
+                unavailable(f"installing {requirement} took more than {INSTALL_TIMEOUT_S} s")
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                pytest.skip(f"could not install {requirement} into {folder}: {' | '.join(tail)}")
+                unavailable(f"could not install {requirement} into {folder}: {' | '.join(tail)}")
         marker.write_text(requirement)
     return python
