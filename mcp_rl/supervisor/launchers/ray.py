@@ -14,9 +14,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from mcp_rl.errors import LaunchError, UserError
 from mcp_rl.settings import SECRET_ENV_VARS
@@ -28,6 +26,9 @@ from mcp_rl.supervisor.launchers.base import (
     supervisor_command,
     supervisor_python,
 )
+
+if TYPE_CHECKING:  # httpx (and the rich it pulls in) is imported when a Ray run is used, not at every start
+    import httpx
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 REQUEST_TIMEOUT_S = 15.0
@@ -54,6 +55,8 @@ class RayLauncher:
         self.address: str | None = (address or DEFAULT_ADDRESS).rstrip("/")
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        import httpx
+
         try:
             # Never through a proxy: the dashboard is the cluster's, named by the user.
             with httpx.Client(timeout=REQUEST_TIMEOUT_S, trust_env=False) as client:
