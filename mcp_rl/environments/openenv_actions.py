@@ -88,3 +88,20 @@ def observation_text(payload: dict[str, Any]) -> str:
         only = texts[0] if texts else next(iter(shown.values()), "")
         return str(only)
     return json.dumps(shown, sort_keys=True, default=str)
+
+
+def action_hint(schema: dict[str, Any]) -> str:
+    """One line telling the model the form of a move (shown under the first observation)."""
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    assert isinstance(properties, dict)
+    required = required_fields(schema)
+    if len(required) == 1:
+        field = properties.get(required[0], {})
+        field = field if isinstance(field, dict) else {}
+        kind = {"integer": "a whole number", "number": "a number", "boolean": "true or false"}.get(
+            str(field.get("type")), "text"
+        )
+        about = f" ({field['description']})" if field.get("description") else ""
+        return f"Answer with your {required[0]}: {kind}{about}."
+    fields = ", ".join(f'"{name}"' for name in properties if name != "metadata")
+    return f"Answer with a JSON object with the fields {fields}."

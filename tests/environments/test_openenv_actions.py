@@ -39,6 +39,13 @@ def test_an_answer_that_is_no_action_says_why(answer: str, schema: dict) -> None
         parse_action(answer, schema)
 
 
+def test_the_first_observation_says_the_form_of_a_move() -> None:
+    from mcp_rl.environments.openenv_actions import action_hint
+
+    assert action_hint(GUESS) == "Answer with your guess: a whole number."
+    assert action_hint(TWO) == 'Answer with a JSON object with the fields "x", "y".'
+
+
 def test_observations_show_their_text_or_their_fields() -> None:
     assert observation_text({"feedback": "go higher", "metadata": {}}) == "go higher"
     assert observation_text({"board": [1, 2], "turn": "x"}) == '{"board": [1, 2], "turn": "x"}'

@@ -40,7 +40,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from mcp_rl.environments import families
 from mcp_rl.environments.bundled.gem_env import EpisodeFailed, GemEnv, GemEnvConfig
-from mcp_rl.environments.openenv_actions import ActionError, observation_text, parse_action
+from mcp_rl.environments.openenv_actions import ActionError, action_hint, observation_text, parse_action
 from mcp_rl.ports import allocate_ports
 from mcp_rl.settings import Settings
 
@@ -120,16 +120,18 @@ class OpenEnvSession:
             self.close()
             raise EpisodeFailed(f"the OpenEnv session failed: {type(exc).__name__}: {exc}") from exc
         data = reply.get("data") or {}
-        self.history = [observation_text(data.get("observation") or {})]
+        self.history = [observation_text(data.get("observation") or {}) + "\n" + action_hint(self.schema)]
         return self.history[0], {}
 
     def step(self, answer: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         try:
             action = parse_action(answer, self.schema)
         except ActionError as exc:
-            # Not an action: the environment never sees it; the turn earns nothing, the game goes on.
+            # Not an action: the environment never sees it; the episode ends with nothing earned
+            # (as an invalid move loses a TextArena game), so a model that cannot yet answer in
+            # the action's form plays short episodes instead of max_turns of them.
             self.history.append(f"Your answer {answer.strip()[:80]!r} is not a valid move ({exc}).")
-            return "\n".join(self.history), 0.0, False, False, {"invalid_action": True}
+            return "\n".join(self.history), 0.0, True, False, {"invalid_action": True}
         try:
             reply = self._ask({"type": "step", "data": action})
         except (OSError, WebSocketException, TimeoutError) as exc:
@@ -140,7 +142,7 @@ class OpenEnvSession:
             code = str(data.get("code", ""))
             if "VALIDATION" in code.upper():
                 self.history.append(f"Your move {json.dumps(action)} was rejected: {data.get('message', '')}")
-                return "\n".join(self.history), 0.0, False, False, {"invalid_action": True}
+                return "\n".join(self.history), 0.0, True, False, {"invalid_action": True}
             raise EpisodeFailed(f"step failed: {data.get('message', reply)}")
         self.history.append(observation_text(data.get("observation") or {}))
         reward = data.get("reward")
