@@ -10,6 +10,7 @@ everything that reads it (the supervisor, the run service, the results and metri
                          `append_checkpoint`, changed under `checkpoint_lock`
     leases/              one file per export or evaluation using a checkpoint (`lease_checkpoint`)
     trainer_status.json  the trainer's `TrainerStatus`, rewritten atomically every few seconds
+    env_health.json      the environment's `EnvHealth`: groups scored and failed, its last exception
     checkpoints/         the saved weights and states
     logs/                one log per process
 
@@ -42,6 +43,9 @@ METRICS_FILE = "metrics.jsonl"
 ENV_METRICS_FILE = "env_metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 TRAINER_STATUS_FILE = "trainer_status.json"
+# Written by the environment process (mcp_rl.environments.failure_report) beside its config:
+# the run folder in a run, a model's folder in a smoke test.
+ENV_HEALTH_FILE = "env_health.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 # Beside checkpoints.jsonl: the per-run lock every change of the run's checkpoints takes, and the
@@ -223,6 +227,56 @@ class TrainerStatus(BaseModel):
     def recorded(self) -> dict[str, Any]:
         """The known fields the file held with a usable value (for answers: nothing made up)."""
         return self.model_dump(include=set(self.model_fields_set) & set(type(self).model_fields), exclude_none=True)
+
+
+class EnvError(BaseModel):
+    """An exception an environment raised while turning an item into a scored group."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str  # the exception's class name, e.g. ZeroDivisionError
+    message: str
+    where: str | None = None  # "my_env.py:42 in score": the innermost frame of the environment's own code
+    traceback: str = ""  # the formatted traceback, its last few thousand characters
+    time: float | None = None
+
+    def sentence(self) -> str:
+        text = f"{self.type}: {self.message}" if self.message else self.type
+        return text + (f" (raised at {self.where})" if self.where else "")
+
+
+class EnvHealth(BaseModel):
+    """`env_health.json`: how the environment's groups went. Atropos catches an exception
+    raised while collecting a group, logs one line and retries the next item forever, so this
+    file is the only place a failing environment says what failed. Rewritten atomically."""
+
+    model_config = ConfigDict(extra="allow")
+
+    groups_scored: int = 0  # collect_trajectories returned a group
+    groups_failed: int = 0  # collect_trajectories raised
+    # Groups in a row that failed with the same exception at the same place (0 after a scored one).
+    streak: int = 0
+    first_failure_at: float | None = None
+    last_scored_at: float | None = None
+    last_error: EnvError | None = None
+
+    def summary(self) -> str | None:
+        """One sentence for a status, or None when nothing failed."""
+        if not self.groups_failed or self.last_error is None:
+            return None
+        total = self.groups_scored + self.groups_failed
+        return (
+            f"{self.groups_failed} of {total} groups failed in the environment "
+            f"(last: {self.last_error.sentence()}); {self.groups_scored} scored"
+        )
+
+
+def read_env_health(path: Path) -> EnvHealth | None:
+    """The environment's last `EnvHealth` (None: none written, or unreadable)."""
+    try:
+        return EnvHealth.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 CheckpointKind = Literal["sampler", "state"]

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 from pydantic import create_model
 
-from mcp_rl.environments import score_guard
+from mcp_rl.environments import failure_report, score_guard
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.loader import load_env_class
 
@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     _guard_config_init(cls, _yaml_env(env_args))
     # A NaN score would stall the run at the API with no cause given: refused here, in words.
     score_guard.install(cls, f"{env_file.name}:{ns.class_name}")
+    # Atropos logs an exception in collect_trajectories and retries forever: counted beside the
+    # run's config (env_health.json), so the supervisor can end a run that cannot progress.
+    failure_report.install_beside_config(cls, _config_path(env_args), project_root)
     if start_when is not None:
         _prewarm(env_args)
     if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):

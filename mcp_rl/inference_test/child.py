@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.environments import failure_report
 from mcp_rl.environments.loader import load_env_class
 
 
@@ -52,6 +53,15 @@ def point_at_config_server(cls: Any) -> None:
     cls.config_init = classmethod(config_init)
 
 
+def _option(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcp_rl.inference_test.child", description=__doc__.splitlines()[0])
     parser.add_argument("env_file", type=Path)
@@ -63,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     env_file = ns.env_file.resolve()
     cls = load_env_class(env_file, ns.class_name, ns.project_root.resolve())
     point_at_config_server(cls)
+    # What the environment raises is recorded beside the config, so the test names it.
+    failure_report.install_beside_config(cls, _option(ns.args, "--config"), ns.project_root.resolve())
     # Atropos's CLI reads sys.argv; argv[0] names the file for its help and error messages.
     sys.argv = [str(env_file), ns.mode, *ns.args]
     cls.cli()  # raises SystemExit with the environment's exit code

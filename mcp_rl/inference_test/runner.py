@@ -56,6 +56,7 @@ from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports
 from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.rundir import ENV_HEALTH_FILE, read_env_health
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 
 log = logging.getLogger("mcp_rl.inference_test")
@@ -170,6 +171,35 @@ def _fetch_tokenizer(repo_id: str) -> str | None:
         if isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str)
         else "no tokenizer_config.json"
     )
+
+
+def exit_reason(folder: Path, code: int) -> str:
+    """Why a model's environment process failed: the exception it raised and where (recorded by
+    mcp_rl.environments.failure_report), else the last exception in its log, else the exit code."""
+    health = read_env_health(folder / ENV_HEALTH_FILE)
+    if health is not None and health.last_error is not None:
+        failed = f" on {health.groups_failed} of {health.groups_failed + health.groups_scored} groups"
+        return f"the environment raised {health.last_error.sentence()}{failed}; it exited with code {code}"
+    raised = last_exception_line(folder / MODEL_LOG)
+    if raised:
+        return f"the environment exited with code {code} after: {raised}"
+    return f"the environment exited with code {code}"
+
+
+def last_exception_line(log_path: Path) -> str | None:
+    """The last 'SomeError: message' line ending a Python traceback in a log (None: none)."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-400:]
+    except OSError:
+        return None
+    found = None
+    in_traceback = False
+    for line in lines:
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+        elif in_traceback and line and not line.startswith((" ", "\t")):
+            found, in_traceback = line.strip()[:500], False
+    return found
 
 
 def process_argv(spec: TestSpec, config_path: Path) -> list[str]:
@@ -567,7 +597,7 @@ class TestWorker:
                         if code == 0:
                             self._finish(run, "succeeded")
                         else:
-                            self._finish(run, "failed", f"the environment exited with code {code}")
+                            self._finish(run, "failed", exit_reason(run.folder, code))
                         changed = True
                     elif time.monotonic() > run.deadline:
                         self._kill(run)

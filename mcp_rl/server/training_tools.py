@@ -29,7 +29,7 @@ from mcp_rl.server.cost_consent import confirm_training_start
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
-from mcp_rl.supervisor import service
+from mcp_rl.supervisor import service, start_guard
 from mcp_rl.supervisor.models import (
     RunList,
     RunStarted,
@@ -120,12 +120,16 @@ class RunPage(RunList):
 RunId = Annotated[str, Field(description="The run_id returned by rl_start_training (see rl_list_runs).")]
 
 
-class StaleRevision(Exception):
-    """The config changed since the revision the agent reviewed; nothing was started."""
+class StartRefused(Exception):
+    """Nothing was started, for the reason given (answered with started=false, not an error)."""
 
     def __init__(self, message: str, revision: str) -> None:
         super().__init__(message)
         self.revision = revision
+
+
+class StaleRevision(StartRefused):
+    """The config changed since the revision the agent reviewed; nothing was started."""
 
 
 def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallToolResult:
@@ -314,6 +318,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 "the start is refused if the config has changed since."
             ),
         ] = None,
+        allow_concurrent: Annotated[
+            bool,
+            Field(
+                description="Start a local run even while another local run trains on this machine (both then "
+                "share its cores). Tinker runs never need it."
+            ),
+        ] = False,
+        force: Annotated[
+            bool,
+            Field(description="Start even though the last smoke test of this environment and config failed."),
+        ] = False,
     ) -> Annotated[CallToolResult, StartAnswer]:
         """Start a training run with the selected environment and current config.
 
@@ -329,7 +344,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         it (or the person is asked, when the client supports elicitation): show the person the
         estimate before setting a cap. A capped run ends as stopped before it would pass the cap.
         Pass an idempotency_key so that a retry (e.g. after a client timeout) cannot start a
-        second run, and expected_revision to train exactly the config you reviewed.
+        second run, and expected_revision to train exactly the config you reviewed. A local start
+        while another local run trains here, or of an environment and config whose last smoke
+        test failed, answers started=false naming it and the call that starts anyway
+        (allow_concurrent=true, force=true).
         Then wait with rl_wait_for_run(run_id) or poll rl_check_status(run_id) (rarely), follow
         logs with rl_read_log, and stop early with rl_stop_training(run_id). Runs, their logs,
         metrics and checkpoints are kept on disk (runs/<run_id> in the state directory) until
@@ -352,6 +370,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
                     f"rl_start_training(expected_revision={revision!r}).",
                     revision,
                 )
+            refused = start_guard.refusal(
+                settings, service.registry_for(settings), environments_service, allow_concurrent, force
+            )
+            if refused is not None:
+                raise StartRefused(refused, revision)
             started = service.start_run(settings, environments_service)
             answer = _start_answer(started, revision, idempotency_key)
             estimate = estimate_training(settings, RunConfig.load(Path(started.config_path)))
@@ -368,7 +391,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 data, reused = await anyio.to_thread.run_sync(start), False
             else:
                 data, reused = await anyio.to_thread.run_sync(lambda: idempotency.once("start", idempotency_key, start))
-        except StaleRevision as stale:
+        except StartRefused as stale:
             # An answer, not an error: hosts such as Hermes count every error toward a breaker.
             refusal = StartAnswer(
                 started=False, refused=str(stale), message=str(stale), revision=stale.revision, idempotency_key=None

@@ -63,6 +63,15 @@ class RunMetrics(BaseModel):
     latest: dict[str, Any] = Field(default_factory=dict, description="Every key of the latest metrics line.")
 
 
+class EnvironmentErrors(BaseModel):
+    """Groups the environment failed to turn into scored data (env_health.json)."""
+
+    groups_scored: int
+    groups_failed: int
+    last_exception: str = Field(description="Type, message and where in the environment's code it was raised.")
+    traceback: str = Field(description="The last exception's traceback (its last few thousand characters).")
+
+
 class RunStatus(BaseModel):
     run_id: str
     status: RunState
@@ -74,6 +83,11 @@ class RunStatus(BaseModel):
     rate_limited: bool = False
     next_check_in_seconds: float | None = None
     processes: dict[str, ProcessStatus] = Field(default_factory=dict)
+    environment_errors: EnvironmentErrors | None = Field(
+        default=None,
+        description="Present when the environment raised on some groups: how many, the last exception and its "
+        "traceback. A few bad items do not end a run; the same exception on group after group does.",
+    )
     trainer_phase: TrainerPhase | None = Field(
         default=None, description="What the trainer was last doing (trainer_status.json)."
     )

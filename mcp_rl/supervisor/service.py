@@ -30,6 +30,7 @@ from mcp_rl.runconfig import RunConfig, write_text_atomic
 from mcp_rl.rundir import (
     COST_STEP_USD_KEY,
     COST_TOTAL_USD_KEY,
+    ENV_HEALTH_FILE,
     ENV_METRICS_FILE,
     EVAL_PERCENT_CORRECT_KEY,
     LOGS_DIR,
@@ -41,6 +42,7 @@ from mcp_rl.rundir import (
     STEP_KEY,
     TIME_KEY,
     is_run_id,
+    read_env_health,
 )
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launchers import (
@@ -54,6 +56,7 @@ from mcp_rl.supervisor.launchers import (
     supervisor_python,
 )
 from mcp_rl.supervisor.models import (
+    EnvironmentErrors,
     ProcessStatus,
     RunList,
     RunMetrics,
@@ -368,6 +371,7 @@ def short_status(full: RunStatus, wait: float, why: str) -> RunStatus:
         error=full.error,
         metrics=metrics,
         held_out=full.held_out,
+        environment_errors=full.environment_errors,
         rate_limited=True,
         next_check_in_seconds=round(wait, 1),
         wandb_project=full.wandb_project,
@@ -400,6 +404,9 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     held_out = held_out_summary(run_dir)
     if held_out is not None:
         message += f" {held_out.sentence}."
+    env_errors = _environment_errors(run_dir)
+    if env_errors is not None and run.state != RunState.FAILED:
+        message += f" {env_errors[1]}."
     notes = registry.notes + store.damage_report(run_dir)
     if notes:
         message += " Problems: " + " ".join(notes)
@@ -411,6 +418,7 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     return RunStatus(
         **_identity(run, now),
         processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
+        environment_errors=env_errors[0] if env_errors else None,
         trainer_phase=status.get("phase"),
         metrics=metrics,
         held_out=held_out,
@@ -427,6 +435,21 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         message=message,
         notes=notes,
     )
+
+
+def _environment_errors(run_dir: Path) -> tuple[EnvironmentErrors, str] | None:
+    """What the environment raised on (None: nothing), and one sentence about it."""
+    health = read_env_health(run_dir / ENV_HEALTH_FILE)
+    summary = health.summary() if health else None
+    if health is None or health.last_error is None or summary is None:
+        return None
+    errors = EnvironmentErrors(
+        groups_scored=health.groups_scored,
+        groups_failed=health.groups_failed,
+        last_exception=health.last_error.sentence(),
+        traceback=health.last_error.traceback,
+    )
+    return errors, summary
 
 
 def _ending_note(registry: Registry, run: RunRecord) -> str:

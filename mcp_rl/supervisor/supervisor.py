@@ -8,6 +8,8 @@ End states:
 - completed: the trainer exited 0 *and* its status file says it finished (exit codes lie).
 - failed: any process exited with an error, hung past its deadline, or the API went away; the
   cause names the process, its exit code and its last log lines. The others are then stopped.
+  Also when the environment keeps raising (env_health.json; mcp_rl.supervisor.env_watch): the
+  cause names the exception, its message and where it was raised.
 - stopped: a stop was requested; groups are ended env -> trainer -> API.
 The environment exiting 0 is normal: it stops producing once enough batches are queued.
 """
@@ -26,8 +28,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from mcp_rl import processes
-from mcp_rl.rundir import TrainerPhase, TrainerStatus, read_trainer_status
+from mcp_rl.rundir import ENV_HEALTH_FILE, TrainerPhase, TrainerStatus, read_env_health, read_trainer_status
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor import env_watch
 from mcp_rl.supervisor.readiness import Outcome, Probe, wait_ready
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState
@@ -55,6 +58,10 @@ class Policy(BaseModel):
     api_unresponsive_s: float = 60.0
     api_probe_period_s: float = 5.0
     stop_grace_s: float = 10.0
+    # An environment raising the same exception on this many groups in a row, or scoring none
+    # this long after its first failure, ends the run (Atropos would retry it forever).
+    env_fail_streak: int = 8
+    env_no_score_s: float = 60.0
     # On SIGTERM the trainer finishes the step in flight and saves a checkpoint first.
     trainer_stop_grace_s: float = 45.0
     poll_s: float = 0.5
@@ -227,7 +234,12 @@ class RunSupervisor:
         while True:
             if self._stop_requested():
                 return Verdict(RunState.STOPPED, "stop requested")
-            verdict = self._check_exits(starting=False) or self._check_trainer_heartbeat() or self._check_api()
+            verdict = (
+                self._check_exits(starting=False)
+                or self._check_trainer_heartbeat()
+                or self._check_api()
+                or self._check_env_health()
+            )
             if verdict is not None:
                 return verdict
             self.stop_signal.wait(self.policy.poll_s)
@@ -259,6 +271,7 @@ class RunSupervisor:
                 RunState.FAILED,
                 f"{name} (pid {running.popen.pid}) {what}{during}: {processes.exit_description(code)}."
                 + (self._trainer_error() if name == "trainer" else "")
+                + (self._env_error() if name == "env" else "")
                 + self._log_tail(running.spec),
             )
         return None
@@ -331,6 +344,20 @@ class RunSupervisor:
             f"api (pid {api.popen.pid}) hung: {api.spec.ready_description} unanswered for "
             f"{now - self._api_last_ok:.0f} s." + self._log_tail(api.spec),
         )
+
+    def _env_error(self) -> str:
+        health = read_env_health(self.trainer_status_path.parent / ENV_HEALTH_FILE)
+        if health is None or health.last_error is None:
+            return ""
+        return f" The environment last raised {health.last_error.sentence()}."
+
+    def _check_env_health(self) -> Verdict | None:
+        env = self._procs.get("env")
+        if env is None or env.ended:
+            return None
+        health = read_env_health(self.trainer_status_path.parent / ENV_HEALTH_FILE)
+        cause = env_watch.hopeless(health, self.clock(), self.policy.env_fail_streak, self.policy.env_no_score_s)
+        return Verdict(RunState.FAILED, cause) if cause else None
 
     # --- ending -----------------------------------------------------------------------------
     def _stop_requested(self) -> bool:

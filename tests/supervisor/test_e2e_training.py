@@ -186,7 +186,12 @@ async def test_two_runs_at_once_both_complete(home: Path) -> None:
     settings = Settings.from_env(make_env(home))
     async with Client(stdio_params(home)) as client:
         first = await start_run(client)
-        second = await ok(client, "rl_start_training")
+        # Refused as an answer naming the run that trains here, with the call that accepts it.
+        refused = await ok(client, "rl_start_training")
+        assert refused["started"] is False and refused["run_id"] == ""
+        assert f"Run {first} (arithmetic" in refused["refused"]
+        assert "rl_start_training(allow_concurrent=true)" in refused["refused"]
+        second = await ok(client, "rl_start_training", {"allow_concurrent": True})
         second_id = second["run_id"]
         assert second_id != first
         a = await wait_status(client, first, {"completed"})
