@@ -8,6 +8,11 @@ The worker is our child: started without blocking (`start`, e.g. when the agent 
 environments, so it is warm by the time it selects), spoken to through pipes, one request at a
 time with a deadline each, and stopped by `close` (also when the server exits, since its stdin
 closes). It runs with no real secrets (see `introspection_env`).
+
+One request at a time per worker, so a select never waits behind another environment's slow
+import (issue 34: a 75 s import kept `arithmetic` from selecting): a request still running after
+`SPARE_AFTER_S` warms a spare worker, and a request that finds this worker busy goes to the
+spare instead. Quick requests never start one.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ DUMMY_KEYS = {
 }
 # How long close() lets the worker finish on its own before it is terminated.
 _CLOSE_GRACE_S = 2.0
+# A request running longer than this (an environment with heavy imports) warms a spare worker
+# for the requests that come meanwhile; most requests take well under a second.
+SPARE_AFTER_S = 1.0
 
 
 def introspection_env(settings: Settings) -> dict[str, str]:
@@ -52,13 +60,41 @@ class WorkerError(Exception):
 
 
 class IntrospectionWorker:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, spare_allowed: bool = True) -> None:
         self.settings = settings
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._buffer = b""
         self._seq = 0
         self._lock = threading.Lock()
+        self._spare_allowed = spare_allowed
+        self.spare: IntrospectionWorker | None = None
+        self._spare_lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """atroposlib is imported: a request now costs only the environment's own imports."""
+        return self._ready and self._proc is not None and self._proc.poll() is None
+
+    def _warm_spare(self) -> None:
+        """Start the spare and read its ready line, in the background (a select may need it soon)."""
+        with self._spare_lock:
+            if self.spare is None:
+                self.spare = IntrospectionWorker(self.settings, spare_allowed=False)
+            spare = self.spare
+        threading.Thread(target=spare.warm, name="introspection-spare", daemon=True).start()
+
+    def warm(self, timeout_s: float = 120.0) -> None:
+        """Start the worker and wait (up to `timeout_s`) until it has imported atroposlib."""
+        with self._lock:
+            proc = self._ensure_started()
+            if self._ready:
+                return
+            try:
+                self._read_line(proc, time.monotonic() + timeout_s)
+                self._ready = True
+            except (TimeoutError, OSError, WorkerError):
+                self._stop(proc)
 
     @property
     def folder(self) -> Path:
@@ -67,12 +103,17 @@ class IntrospectionWorker:
     @property
     def _request_log(self) -> Path:
         # Per server process: two servers sharing a state dir must not mix their log tails.
-        return self.folder / f"request-{os.getpid()}.log"
+        # The spare's own: two requests at once must not mix theirs either.
+        return self.folder / f"request-{os.getpid()}{'' if self._spare_allowed else '-spare'}.log"
 
     def start(self) -> None:
         """Start the worker if it is not running (returns at once; it warms up by itself)."""
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            return  # busy with a request: it is running (never wait behind that request)
+        try:
             self._ensure_started()
+        finally:
+            self._lock.release()
 
     def _ensure_started(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -108,35 +149,59 @@ class IntrospectionWorker:
         """One environment described by a forked child, within `timeout_s` in all (warm-up
         included). Returns the child's answer (`ok`, `spec` | `failure` | `timeout`). With
         `check` ({"values", "edited"}), the child validates a whole config instead (`ok`, `check`)."""
+        if not self._lock.acquire(blocking=not self._spare_allowed):
+            # Busy with another environment (perhaps a slow import): the spare answers instead.
+            if self.spare is None:
+                self._warm_spare()
+            assert self.spare is not None
+            return self.spare.request(file_path, class_name, project_root, timeout_s, check)
+        timer = threading.Timer(SPARE_AFTER_S, self._warm_spare) if self._spare_allowed else None
+        try:
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            return self._request_locked(file_path, class_name, project_root, timeout_s, check)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._lock.release()
+
+    def _request_locked(
+        self,
+        file_path: Path,
+        class_name: str,
+        project_root: Path,
+        timeout_s: float,
+        check: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
-        with self._lock:
-            proc = self._ensure_started()
-            try:
-                if not self._ready:
-                    self._read_line(proc, deadline)  # {"ready": true} once atroposlib is imported
-                    self._ready = True
-                self._seq += 1
-                request = {
-                    "id": self._seq,
-                    "file": str(file_path),
-                    "class_name": class_name,
-                    "project_root": str(project_root),
-                    "timeout_s": max(0.1, deadline - time.monotonic()),
-                    "log": str(self._request_log),
-                }
-                if check is not None:
-                    request["check"] = check
-                assert proc.stdin is not None
-                proc.stdin.write(json.dumps(request).encode() + b"\n")
-                proc.stdin.flush()
-                # The worker enforces the deadline on its child; a little slack for its answer.
-                answer = json.loads(self._read_line(proc, deadline + 5.0))
-            except TimeoutError:
-                self._stop(proc)  # the worker itself is stuck (e.g. still importing): start over next time
-                return {"ok": False, "timeout": True, "log_tail": self._worker_log_tail()}
-            except (OSError, ValueError, WorkerError) as exc:
-                self._stop(proc)
-                raise WorkerError(f"{exc}; worker log: {self._worker_log_tail()}") from exc
+        proc = self._ensure_started()
+        try:
+            if not self._ready:
+                self._read_line(proc, deadline)  # {"ready": true} once atroposlib is imported
+                self._ready = True
+            self._seq += 1
+            request = {
+                "id": self._seq,
+                "file": str(file_path),
+                "class_name": class_name,
+                "project_root": str(project_root),
+                "timeout_s": max(0.1, deadline - time.monotonic()),
+                "log": str(self._request_log),
+            }
+            if check is not None:
+                request["check"] = check
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            proc.stdin.flush()
+            # The worker enforces the deadline on its child; a little slack for its answer.
+            answer = json.loads(self._read_line(proc, deadline + 5.0))
+        except TimeoutError:
+            self._stop(proc)  # the worker itself is stuck (e.g. still importing): start over next time
+            return {"ok": False, "timeout": True, "log_tail": self._worker_log_tail()}
+        except (OSError, ValueError, WorkerError) as exc:
+            self._stop(proc)
+            raise WorkerError(f"{exc}; worker log: {self._worker_log_tail()}") from exc
         if answer.get("id") != request["id"]:
             raise WorkerError(f"answer to request {answer.get('id')}, expected {request['id']}")
         return answer
@@ -186,6 +251,8 @@ class IntrospectionWorker:
 
     def close(self) -> None:
         """Stop the worker (without waiting for a request in flight: that request fails)."""
+        if self.spare is not None:
+            self.spare.close()
         proc = self._proc
         if proc is not None:
             self._stop(proc)

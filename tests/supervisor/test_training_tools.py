@@ -52,7 +52,12 @@ async def test_tool_surface_matches_the_original_with_honest_annotations(setting
         tools = {t.name: t for t in (await client.list_tools()).tools}
     # The original took no arguments; the two added ones are optional.
     assert tools["rl_start_training"].input_schema.get("required", []) == []
-    assert set(tools["rl_start_training"].input_schema["properties"]) == {"idempotency_key", "expected_revision", "allow_concurrent", "force"}
+    assert set(tools["rl_start_training"].input_schema["properties"]) == {
+        "idempotency_key",
+        "expected_revision",
+        "allow_concurrent",
+        "force",
+    }
     assert "WARNING: Training takes hours." in tools["rl_start_training"].description
     for name in ("rl_check_status", "rl_stop_training"):
         assert tools[name].input_schema["required"] == ["run_id"]
