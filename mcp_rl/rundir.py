@@ -353,6 +353,24 @@ def read_jsonl(path: Path) -> JsonlRead:
     return result
 
 
+def read_jsonl_tail(path: Path, rows: int, max_bytes: int = 256_000) -> list[dict[str, Any]]:
+    """The last `rows` complete JSON object lines of `path`, reading at most its last
+    `max_bytes` (status calls stay fast on a long run); a damaged line is skipped."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if start > 0:
+        lines = lines[1:]  # begins mid-line
+    found = [row for row in (_parse(line) for line in lines if line.strip()) if row is not None]
+    return found[-rows:]
+
+
 def _parse_all(lines: list[str]) -> list[dict[str, Any]]:
     """All lines as one JSON array (twice as fast as line by line); [] if any line is not an
     object on its own, and the caller then parses line by line to skip just the bad ones."""

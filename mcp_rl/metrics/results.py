@@ -19,6 +19,7 @@ from mcp_rl.costs.tinker_billing import billed_for_run
 from mcp_rl.errors import NotFound, UnknownId, clip, clip_message
 from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
+from mcp_rl.metrics.signal import LearningSignal, learning_signal
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
 from mcp_rl.runconfig import RunConfig
@@ -64,6 +65,11 @@ class RunResults(BaseModel):
         description="Did it learn? The base (the run's first held-out evaluation, step 0) against the latest on the "
         "same items: both scores, the difference with its 95 % interval, p of the paired test (McNemar exact for "
         "right/wrong), items flipped each way, and one sentence. None: no held-out evaluation yet.",
+    )
+    learning_signal: LearningSignal | None = Field(
+        None,
+        description="The latest steps' learning signal (groups with no signal, answers trained on, reward spread), "
+        "with a warning and advice when most groups carried none for several steps.",
     )
     history: list[HistoryPoint] = Field(
         default_factory=list, description=f"At most {store.MAX_HISTORY_POINTS} steps incl. first and last."
@@ -189,6 +195,7 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         num_steps=(config.trainer.num_steps if config is not None else None) or (status.num_steps if status else None),
         metrics=metrics,
         held_out=held_out_summary(run_dir),
+        learning_signal=learning_signal(table.rows),
         history=store.history(table),
         history_steps_total=len(table.rows),
         cost=run_cost(table.rows),

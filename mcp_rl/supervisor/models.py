@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from mcp_rl.evaluation.summary import HeldOutSummary
+from mcp_rl.metrics.signal import LearningSignal
 from mcp_rl.rundir import TrainerPhase
 from mcp_rl.supervisor.launchers import JobInfo, Submission
 from mcp_rl.supervisor.states import ProcState, RunState
@@ -92,6 +93,12 @@ class RunStatus(BaseModel):
         default=None, description="What the trainer was last doing (trainer_status.json)."
     )
     metrics: RunMetrics | None = None
+    learning_signal: LearningSignal | None = Field(
+        default=None,
+        description="The latest steps' learning signal: share of groups with no signal (all answers the same "
+        "reward), share of sampled answers trained on, reward spread; a warning with advice when most groups "
+        "carried none for several steps.",
+    )
     held_out: HeldOutSummary | None = Field(
         default=None,
         description="Did it learn? The base (first evaluation) against the latest evaluation on the same held-out "

@@ -25,6 +25,8 @@ from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UnknownId, UserError, clip
 from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
+from mcp_rl.metrics.signal import WINDOW_STEPS as SIGNAL_WINDOW_STEPS
+from mcp_rl.metrics.signal import learning_signal
 from mcp_rl.ports import port_is_free
 from mcp_rl.runconfig import RunConfig, write_text_atomic
 from mcp_rl.rundir import (
@@ -43,6 +45,7 @@ from mcp_rl.rundir import (
     TIME_KEY,
     is_run_id,
     read_env_health,
+    read_jsonl_tail,
 )
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launchers import (
@@ -372,6 +375,7 @@ def short_status(full: RunStatus, wait: float, why: str) -> RunStatus:
         metrics=metrics,
         held_out=full.held_out,
         environment_errors=full.environment_errors,
+        learning_signal=full.learning_signal,
         rate_limited=True,
         next_check_in_seconds=round(wait, 1),
         wandb_project=full.wandb_project,
@@ -404,6 +408,9 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     held_out = held_out_summary(run_dir)
     if held_out is not None:
         message += f" {held_out.sentence}."
+    signal = learning_signal(read_jsonl_tail(run_dir / METRICS_FILE, SIGNAL_WINDOW_STEPS))
+    if signal is not None and signal.warning:
+        message += f" {signal.warning}"
     env_errors = _environment_errors(run_dir)
     if env_errors is not None and run.state != RunState.FAILED:
         message += f" {env_errors[1]}."
@@ -419,6 +426,7 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         **_identity(run, now),
         processes={name: _process_status(procs.get(name)) for name in PROCESS_NAMES},
         environment_errors=env_errors[0] if env_errors else None,
+        learning_signal=signal,
         trainer_phase=status.get("phase"),
         metrics=metrics,
         held_out=held_out,

@@ -1,0 +1,108 @@
+"""Is the run learning anything? Learning-signal health from metrics.jsonl (issue 34).
+
+GRPO learns only from groups whose answers got different rewards: a group scored all 0 (or all
+1) has zero advantage everywhere and its answers are skipped. A run where most groups are like
+that trains on a fraction of what it samples and its loss sits near 0; the raw metric
+`batch/zero_signal_groups` says so only to someone who knows to look. This module turns the
+recent steps into three shares and, when most groups carry no signal for several steps, a
+warning with advice an agent can act on (rl_edit_config calls).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from mcp_rl.rundir import REWARD_KEY, STEP_KEY
+
+GROUPS_KEY = "batch/groups"
+NO_SIGNAL_KEY = "batch/zero_signal_groups"
+SEQUENCES_KEY = "batch/sequences"
+TRAINED_SEQUENCES_KEY = "batch/trained_sequences"
+REWARD_STD_KEY = "reward/std"
+
+# The recent steps looked at, and how many of them (and of their groups) a warning needs.
+WINDOW_STEPS = 5
+MIN_STEPS = 3
+MIN_GROUPS = 12
+# "Most groups": three in four. A default arithmetic run (SmolLM2-135M answers ~20-25 % right,
+# groups of 4) expects 0.8^4 + 0.2^4 = 41 % of its groups without signal if every item were
+# equally hard: well below, even with items of mixed difficulty.
+WARN_SHARE = 0.75
+
+
+class LearningSignal(BaseModel):
+    """The last few steps' learning signal, and what to do when there is little."""
+
+    steps: list[int] = Field(description="The steps these figures cover (the latest few).")
+    groups: int
+    no_signal_share: float = Field(description="Share of groups whose answers all got the same reward (no signal).")
+    trained_share: float | None = Field(
+        None, description="Share of sampled answers trained on (answers of no-signal groups are skipped)."
+    )
+    reward_spread: float | None = Field(None, description="Mean standard deviation of rewards within a step's batch.")
+    reward_mean: float | None = None
+    warning: str | None = Field(None, description="Set when most groups carried no signal for several steps.")
+    advice: list[str] = Field(default_factory=list, description="What to change, as calls to make.")
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def learning_signal(rows: list[dict[str, Any]]) -> LearningSignal | None:
+    """The signal of the latest steps of `rows` (metrics.jsonl lines); None before any step
+    recorded its groups."""
+    steps = [r for r in rows if _number(r.get(GROUPS_KEY)) and _number(r.get(NO_SIGNAL_KEY)) is not None]
+    recent = steps[-WINDOW_STEPS:]
+    if not recent:
+        return None
+    groups = sum(int(_number(r[GROUPS_KEY]) or 0) for r in recent)
+    no_signal = sum(int(_number(r[NO_SIGNAL_KEY]) or 0) for r in recent)
+    sequences = sum(_number(r.get(SEQUENCES_KEY)) or 0 for r in recent)
+    trained = [_number(r.get(TRAINED_SEQUENCES_KEY)) for r in recent]
+    spreads = [s for s in (_number(r.get(REWARD_STD_KEY)) for r in recent) if s is not None]
+    rewards = [m for m in (_number(r.get(REWARD_KEY)) for r in recent) if m is not None]
+    share = no_signal / groups
+    signal = LearningSignal(
+        steps=[int(r.get(STEP_KEY, 0)) for r in recent],
+        groups=groups,
+        no_signal_share=round(share, 3),
+        trained_share=round(sum(t or 0 for t in trained) / sequences, 3)
+        if sequences and all(t is not None for t in trained)
+        else None,
+        reward_spread=round(sum(spreads) / len(spreads), 4) if spreads else None,
+        reward_mean=round(sum(rewards) / len(rewards), 4) if rewards else None,
+    )
+    if len(recent) >= MIN_STEPS and groups >= MIN_GROUPS and share >= WARN_SHARE:
+        signal.warning, signal.advice = _warning(signal, no_signal)
+    return signal
+
+
+def _warning(signal: LearningSignal, no_signal: int) -> tuple[str, list[str]]:
+    first, last = signal.steps[0], signal.steps[-1]
+    warning = (
+        f"Little to learn from: in steps {first}-{last}, {no_signal} of {signal.groups} groups "
+        f"({signal.no_signal_share:.0%}) gave every answer the same reward, so they carry no learning signal"
+        + (f" and only {signal.trained_share:.0%} of sampled answers were trained on" if signal.trained_share else "")
+        + ". The loss stays near 0 and rewards will hardly move."
+    )
+    advice = [
+        "More answers per item make different rewards likelier: rl_edit_config('group_size', 8) (or 16).",
+        "More varied answers: rl_edit_config('temperature', 1.2) if the environment has a temperature field.",
+    ]
+    mean = signal.reward_mean
+    if mean is not None and mean <= 0.1:
+        advice.insert(
+            0,
+            "Rewards are almost all 0: the items are too hard for this model; use easier items "
+            "(e.g. a smaller range or difficulty field) or a larger base model.",
+        )
+    elif mean is not None and mean >= 0.9:
+        advice.insert(0, "Rewards are almost all 1: the items are too easy to learn from; use harder items.")
+    advice.append(
+        "Partial credit (a reward between 0 and 1 for a nearly right answer) turns all-0 groups into signal: "
+        "change the environment's score()."
+    )
+    return warning, advice
