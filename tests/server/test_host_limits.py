@@ -132,13 +132,16 @@ async def test_same_idempotency_key_returns_the_first_run(home: Path, no_launch:
         first = await client.call_tool("rl_start_training", {"idempotency_key": "k-1"})
         assert not first.is_error, first.content[0].text
         again = await client.call_tool("rl_start_training", {"idempotency_key": "k-1"})
-        other = await client.call_tool("rl_start_training", {"idempotency_key": "k-2"})
+        # Another run beside the first (no supervisor runs here: the first stays `starting`).
+        other = await client.call_tool("rl_start_training", {"idempotency_key": "k-2", "allow_concurrent": True})
         # A retry while the first call is still in flight (the host gave up on it) starts nothing new.
         racing: list[str] = []
 
         async def start_k3() -> None:
             racing.append(
-                (await client.call_tool("rl_start_training", {"idempotency_key": "k-3"})).structured_content["run_id"]
+                (
+                    await client.call_tool("rl_start_training", {"idempotency_key": "k-3", "allow_concurrent": True})
+                ).structured_content["run_id"]
             )
 
         async with anyio.create_task_group() as tasks:
