@@ -21,7 +21,15 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launchers import JobInfo, JobState, job_info
 from mcp_rl.supervisor.models import Cleanup, ReconcileReport
 from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
-from mcp_rl.supervisor.states import ACTIVE_STATES, PROCESS_NAMES, TERMINAL_STATES, ProcState, RunState, run_marker
+from mcp_rl.supervisor.states import (
+    ACTIVE_STATES,
+    PROCESS_NAMES,
+    STOP_REQUESTED_CAUSE,
+    TERMINAL_STATES,
+    ProcState,
+    RunState,
+    run_marker,
+)
 from mcp_rl.supervisor.supervisor import Policy
 
 log = logging.getLogger(__name__)
@@ -117,10 +125,7 @@ def with_scheduler_cause(registry: Registry | None, run: RunRecord, write: bool 
     info = job_of(run)
     if not info.ended or info.state == JobState.COMPLETED:
         return run
-    asked = any(
-        e.state == RunState.STOPPING and (e.cause or "").startswith("stop requested")
-        for e in registry.events(run.run_id)
-    )
+    asked = any(e.state == RunState.STOPPING and e.cause == STOP_REQUESTED_CAUSE for e in registry.events(run.run_id))
     if asked:
         return run  # rl_stop_training ended it: the scheduler's "cancelled" is ours
     cause = f"ended from outside mcp-rl: {info.sentence()}; the supervisor recorded: {run.cause}"

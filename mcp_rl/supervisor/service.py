@@ -82,6 +82,7 @@ from mcp_rl.supervisor.registry import ProcessRecord, Registry, RunRecord, regis
 from mcp_rl.supervisor.states import (
     LOG_NAMES,
     PROCESS_NAMES,
+    STOP_REQUESTED_CAUSE,
     TERMINAL_STATES,
     ProcState,
     RunState,
@@ -592,7 +593,7 @@ def stop_run(
     run = _get_run(registry, run_id)
     if run.state in TERMINAL_STATES:
         return _already_ended(settings, registry, run, deadline)
-    if not registry.transition(run.run_id, RunState.STOPPING, "stop requested (rl_stop_training)"):
+    if not registry.transition(run.run_id, RunState.STOPPING, STOP_REQUESTED_CAUSE):
         run = _get_run(registry, run_id)
         if run.state in TERMINAL_STATES:
             return _already_ended(settings, registry, run, deadline)

@@ -47,6 +47,10 @@ class ProcState(StrEnum):
     """Ended by the supervisor (stop request, or another process failed)."""
 
 
+# The cause recorded when rl_stop_training (or `mcp-rl runs stop`) asks a run to stop; a stop
+# the supervisor records for a signal from elsewhere (a scheduler's cancel) says "stop requested".
+STOP_REQUESTED_CAUSE = "stop requested (rl_stop_training)"
+
 # The three supervised processes, in start order; stopped in reverse.
 PROCESS_NAMES = ("api", "trainer", "env")
 # Log files of a run: the three processes plus the supervisor's own.

@@ -35,14 +35,14 @@ def _stop_runs_left_by_a_failing_test(home: Path, slurm_cluster: SlurmCluster):
                 slurm_cluster.scancel(run.job_id)
 
 
-async def _start(client: Client, **overrides: Any) -> dict[str, Any]:
+async def start_on(client: Client, launcher: str, **overrides: Any) -> dict[str, Any]:
     await ok(client, "rl_select_environment", {"name": "arithmetic"})
-    for field, value in {**SHORT_RUN, "launcher": "slurm", **overrides}.items():
+    for field, value in {**SHORT_RUN, "launcher": launcher, **overrides}.items():
         await ok(client, "rl_edit_config", {"field": field, "value": value})
     return await ok(client, "rl_start_training")
 
 
-async def _wait(client: Client, run_id: str, until: Any, what: str) -> dict[str, Any]:
+async def wait_for(client: Client, run_id: str, until: Any, what: str) -> dict[str, Any]:
     end = time.monotonic() + RUN_DEADLINE_S
     status: dict[str, Any] = {}
     while time.monotonic() < end:
@@ -57,14 +57,14 @@ async def test_a_slurm_run_completes_with_held_out_figures(
     home: Path, model_dir: Path, slurm_cluster: SlurmCluster
 ) -> None:
     async with Client(stdio_params(home, **slurm_cluster.env())) as client:
-        started = await _start(client)
+        started = await start_on(client, "slurm")
         run_id, job_id = started["run_id"], started["job_id"]
         assert started["launcher"] == "slurm" and job_id and job_id.isdigit()
         script = started["submission"]["script"]
         assert f"--run-dir {Path(started['config_path']).parent}" in script and "#SBATCH --signal=B:TERM@" in script
         assert started["submission"]["command"].startswith("sbatch --parsable --export=ALL ")
         assert f"JobId={job_id}" in slurm_cluster.scontrol("show", "job", job_id)
-        done = await _wait(client, run_id, lambda s: s["status"] in ("completed", "failed", "stopped"), "ended")
+        done = await wait_for(client, run_id, lambda s: s["status"] in ("completed", "failed", "stopped"), "ended")
         assert done["status"] == "completed", done
         assert done["launcher"] == "slurm" and done["scheduler"]["job_id"] == job_id
         assert done["metrics"]["step"] == 2
@@ -80,15 +80,15 @@ async def test_a_slurm_run_stopped_through_rl_stop_training_keeps_its_last_check
     home: Path, model_dir: Path, slurm_cluster: SlurmCluster
 ) -> None:
     async with Client(stdio_params(home, **slurm_cluster.env())) as client:
-        started = await _start(client, total_steps=200, save_checkpoint_interval=0)
+        started = await start_on(client, "slurm", total_steps=200, save_checkpoint_interval=0)
         run_id = started["run_id"]
-        await _wait(
+        await wait_for(
             client, run_id, lambda s: s["status"] == "running" and (s["metrics"] or {}).get("step"), "past step 1"
         )
         stopped = await ok(client, "rl_stop_training", {"run_id": run_id})
         final = stopped
         if stopped["in_progress"]:
-            final = await _wait(client, run_id, lambda s: s["status"] == "stopped", "stopped")
+            final = await wait_for(client, run_id, lambda s: s["status"] == "stopped", "stopped")
         assert final["status"] == "stopped", final
         listed = await ok(client, "rl_list_checkpoints", {"run_id": run_id})
         assert listed["checkpoints"], listed
@@ -102,13 +102,13 @@ async def test_a_slurm_job_cancelled_from_outside_reads_so_with_the_schedulers_r
     home: Path, model_dir: Path, slurm_cluster: SlurmCluster
 ) -> None:
     async with Client(stdio_params(home, **slurm_cluster.env())) as client:
-        started = await _start(client, total_steps=200)
+        started = await start_on(client, "slurm", total_steps=200)
         run_id, job_id = started["run_id"], started["job_id"]
-        await _wait(client, run_id, lambda s: s["status"] == "running", "running")
+        await wait_for(client, run_id, lambda s: s["status"] == "running", "running")
         slurm_cluster.scancel(job_id)  # from outside mcp-rl: TERM now, KILL after KillWait
-        ended = await _wait(client, run_id, lambda s: s["status"] in ("failed", "stopped"), "ended")
+        ended = await wait_for(client, run_id, lambda s: s["status"] in ("failed", "stopped"), "ended")
         await anyio.sleep(0)
-        final = await _wait(
+        final = await wait_for(
             client, run_id, lambda s: s["scheduler"] and s["scheduler"]["state"] == "cancelled", "cancelled in Slurm"
         )
         assert final["status"] == ended["status"]
