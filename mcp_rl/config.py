@@ -127,6 +127,18 @@ class RunOptions(BaseModel):
         "server's own interpreter at the same path.",
     )
 
+    tinker_base_url: str | None = Field(
+        None,
+        pattern=r"^https?://[A-Za-z0-9_.:\[\]/-]{1,500}$",
+        description="tinker: a self-hosted Tinker-compatible server (SkyRL's Tinker API, TuFT), e.g. "
+        "http://127.0.0.1:8000. None: TINKER_BASE_URL, else hosted Tinker.",
+    )
+    tinker_sdk: Literal["auto", "0.38", "0.25"] = Field(
+        "auto",
+        description="tinker: the SDK the trainer speaks: 0.38 (hosted Tinker), 0.25 (SkyRL, TuFT; installed on first "
+        "use), auto (asked of the server).",
+    )
+
     @field_validator(
         "total_steps",
         "eval_every",
@@ -785,6 +797,8 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
             keep_last_checkpoints=options.keep_last_checkpoints,
             max_cost_usd=options.max_cost_usd,
             advantage_normalization=options.advantage_normalization,
+            tinker_base_url=options.tinker_base_url,
+            tinker_sdk=options.tinker_sdk,
             wandb=WandbSettings(
                 enabled=settings.wandb_enabled,
                 project=options.wandb_project,

@@ -90,6 +90,10 @@ class TrainerSettings(BaseModel):
     # local checkpoint folder or tinker:// state path (mcp_rl.weights.checkpoints.resolve_init).
     # Used only while this run has no state of its own; the run counts its steps from 0.
     init_from: str | None = None
+    # Tinker: the server (None: TINKER_BASE_URL or hosted Tinker) and the SDK dialect the trainer
+    # speaks to it (auto: asked of the server; mcp_rl.supervisor.tinker_sdk).
+    tinker_base_url: str | None = None
+    tinker_sdk: Literal["auto", "0.38", "0.25"] = "auto"
     wandb: WandbSettings = WandbSettings()
 
 

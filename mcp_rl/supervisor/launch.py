@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from mcp_rl.ports import HOST
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import readiness
+from mcp_rl.supervisor import readiness, tinker_sdk
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec
 
 
 def log_path(config: RunConfig, name: str) -> Path:
     return config.paths.logs_dir / f"{name}.log"
+
+
+def _tinker_env(config: RunConfig, settings: Settings, env: dict[str, str]) -> dict[str, str]:
+    """The trainer's environment on Tinker: the run's server, and the SDK that server speaks first
+    on its path (installed on first use: tinker_sdk)."""
+    t = config.trainer
+    base_url = t.tinker_base_url or settings.tinker_base_url
+    key = settings.tinker_api_key.get_secret_value() if settings.tinker_api_key else None
+    dialect = tinker_sdk.resolve(t.tinker_sdk, base_url, key)
+    extra: dict[str, str] = {}
+    if t.tinker_base_url:
+        extra["TINKER_BASE_URL"] = t.tinker_base_url
+    path = tinker_sdk.sdk_path(dialect, settings.home / "tinker-sdk")
+    if path is not None:
+        extra["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH", "")) if p)
+    return {**env, **extra}
 
 
 def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy: Policy) -> list[ProcessSpec]:
@@ -24,6 +41,7 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     run_dir = config.paths.run_dir
     # W&B (offline mode too) writes its files under the run, never into the environment's project.
     env = settings.child_env(WANDB_DIR=str(run_dir))
+    trainer_env = _tinker_env(config, settings, env) if config.trainer.backend == "tinker" else env
     python = sys.executable
     release_file = run_dir / ".env-start"
     release_file.unlink(missing_ok=True)
@@ -44,7 +62,7 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
             name="trainer",
             argv=[python, "-m", "mcp_rl.trainer", "--config", str(config_path)],
             log_path=log_path(config, "trainer"),
-            env=env,
+            env=trainer_env,
             cwd=run_dir,
             port=inference_port,
             # Loading torch and the model (most of a run's start-up) overlaps the API's start;

@@ -78,6 +78,11 @@ class TinkerWire:
     """The fake service's state and everything it received."""
 
     api_key: str = API_KEY
+    # Which Tinker the fake is: "0.38" (hosted Tinker, today's SDK) or "0.25" (a self-hosted
+    # server as SkyRL 0.4.0's Tinker API speaks it: no sample_sequence_ids, `metrics={}`, resume
+    # only as create_model + load_weights(model_id) (422 without it), no checkpoint TTL route
+    # (405), no session finish (404)).
+    dialect: str = "0.38"
     latency: Latency = field(default_factory=Latency)
     tokenizer_id: str | None = None
     finish_status: int = 200
@@ -174,14 +179,15 @@ def _batched(arrays: list[np.ndarray], dtype: Any) -> Any:
     )
 
 
-def _fwd_bwd_output(logprobs: list[np.ndarray], losses: list[np.ndarray], loss: float) -> bytes:
+def _fwd_bwd_output(logprobs: list[np.ndarray], losses: list[np.ndarray], loss: float, metrics: bool = True) -> bytes:
     from tinker.proto import tinker_public_pb2 as pb
 
     record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=len(logprobs))
     record.fields["logprobs"].CopyFrom(_batched(logprobs, np.float32))
     record.fields["elementwise_loss"].CopyFrom(_batched(losses, np.float32))
     out = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=[record])
-    out.metrics["loss:sum"] = loss
+    if metrics:
+        out.metrics["loss:sum"] = loss
     return out.SerializeToString()
 
 
@@ -247,6 +253,8 @@ def build_app(wire: TinkerWire) -> Any:
         return ok({"use_pyqwest_transport": False})
 
     async def dynamic_config(request: Request) -> Response:
+        if wire.dialect == "0.25":  # SkyRL's server has no such route
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         return ok({})
 
     async def telemetry(request: Request) -> Response:
@@ -262,8 +270,18 @@ def build_app(wire: TinkerWire) -> Any:
         session["heartbeats"] += 1
         return ok({"type": "session_heartbeat"})
 
+    async def weights_info(request: Request) -> Response:
+        path = (await body(request))["tinker_path"]
+        saved = next((s for s in wire.saves if s.get("path") == path), None)
+        if saved is None:
+            return JSONResponse({"detail": f"no checkpoint {path}"}, status_code=404)
+        model = wire.models[saved["model_id"]]
+        return ok({"base_model": model.base_model, "is_lora": True, "lora_rank": model.rank})
+
     async def finish(request: Request) -> Response:
         session_id = request.url.path.split("/")[-2]
+        if wire.dialect == "0.25":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         data = await body(request)
         if wire.finish_status != 200:
             return JSONResponse({"detail": "finish refused"}, status_code=wire.finish_status)
@@ -301,7 +319,9 @@ def build_app(wire: TinkerWire) -> Any:
     async def load_weights(request: Request) -> Response:
         data = await body(request)
         wire.loads.append(data)
-        if data.get("session_id") is not None:  # creation straight from a checkpoint
+        if wire.dialect == "0.25" and data.get("model_id") is None:
+            return JSONResponse({"detail": [{"loc": ["body", "model_id"], "msg": "field required"}]}, status_code=422)
+        if data.get("session_id") is not None and data.get("model_id") is None:  # creation straight from a checkpoint
             model = _model(data["session_id"], data["model_seq_id"], data.get("base_model") or "loaded", 0)
         else:
             model = wire.models[data["model_id"]]
@@ -349,7 +369,7 @@ def build_app(wire: TinkerWire) -> Any:
         answer = wire.future(
             "forward" if msg.forward_only else "forward_backward",
             ready,
-            _fwd_bwd_output(out_logprobs, out_losses, total),
+            _fwd_bwd_output(out_logprobs, out_losses, total, metrics=wire.dialect != "0.25"),
             model_id=model.model_id,
         )
         record["request_id"] = answer["request_id"]
@@ -482,11 +502,13 @@ def build_app(wire: TinkerWire) -> Any:
         with wire._lock:
             wire._in_flight += 1
             wire.max_samples_in_flight = max(wire.max_samples_in_flight, wire._in_flight)
+        ids = (
+            {}
+            if wire.dialect == "0.25"
+            else {"sample_sequence_ids": [f"seq-{data.get('seq_id')}-{i}" for i in range(len(sequences))]}
+        )
         answer = wire.future(
-            "sample",
-            arrived + wire.latency.sample_s,
-            _sample_output(sequences, prompt_logprobs),
-            sample_sequence_ids=[f"seq-{data.get('seq_id')}-{i}" for i in range(len(sequences))],
+            "sample", arrived + wire.latency.sample_s, _sample_output(sequences, prompt_logprobs), **ids
         )
         return ok(answer)
 
@@ -524,6 +546,7 @@ def build_app(wire: TinkerWire) -> Any:
         ("POST", "/api/v1/create_model"): create_model,
         ("POST", "/api/v1/get_info"): get_info,
         ("POST", "/api/v1/load_weights"): load_weights,
+        ("POST", "/api/v1/weights_info"): weights_info,
         ("POST", "/api/v1/forward_backward"): forward_backward,
         ("POST", "/api/v1/optim_step"): optim_step,
         ("POST", "/api/v1/save_weights"): save_weights,
@@ -691,6 +714,8 @@ def build_checkpoint_routes(wire: TinkerWire) -> Any:
             return JSONResponse({"detail": f"checkpoint {checkpoint_id} not found"}, status_code=404)
         tinker_path = found["tinker_path"]
         if rest == ["ttl"] and request.method == "PUT":
+            if wire.dialect == "0.25":
+                return JSONResponse({"detail": "Method Not Allowed"}, status_code=405)
             ttl = json.loads(await request.body()).get("ttl_seconds")
             if ttl is not None and not 3600 <= ttl <= 10 * 365 * 86400:
                 return JSONResponse({"detail": "ttl_seconds out of range"}, status_code=400)

@@ -90,9 +90,28 @@ def tokenizer_error(model: str, exc: BaseException) -> RuntimeError:
     return RuntimeError(f"could not load the tokenizer of {model!r} ({reason}).{offline} {fetch_hint(model)}.")
 
 
+def sdk_version() -> tuple[int, ...]:
+    """The version of the tinker SDK this interpreter imports (a run's trainer may get an older
+    one on its path: mcp_rl.supervisor.tinker_sdk)."""
+    from importlib.metadata import version  # only the Tinker backend asks
+
+    return tuple(int(part) for part in version("tinker").split(".")[:3] if part.isdigit())
+
+
+# Since 0.26 the SDK asserts sample_sequence_ids, resumes in one load_weights call with the
+# session id, and sets checkpoint TTLs through REST: self-hosted servers (SkyRL, TuFT) speak 0.25.
+SELF_HOSTED_BEFORE = (0, 26)
+
+
 def _wait(future: Any, timeout: float | None = None) -> Any:
-    """The result of an SDK future, waited for in this (worker) thread."""
-    return future.future().result(timeout)
+    """The result of an SDK future, waited for in this (worker) thread. SDK 0.38 answers with
+    futures that wrap a concurrent future (`.future()`); 0.25 with `APIFuture.result(timeout)`,
+    and creates training clients without a future at all."""
+    if hasattr(future, "future"):
+        return future.future().result(timeout)
+    if hasattr(future, "result") and callable(future.result):
+        return future.result(timeout)
+    return future
 
 
 class TinkerBackend(TrainingBackend):
@@ -122,7 +141,9 @@ class TinkerBackend(TrainingBackend):
         self.tokenizer = tokenizer
         self.lora_rank = lora_rank
         self.seed = seed
-        self.checkpoint_ttl_s = checkpoint_ttl_s
+        # The 0.25 dialect (self-hosted servers): no checkpoint TTL route, no session finish.
+        self.self_hosted = sdk_version() < SELF_HOSTED_BEFORE
+        self.checkpoint_ttl_s = None if self.self_hosted else checkpoint_ttl_s
         self.create_timeout_s = create_timeout_s
         self.training: Any = None
         self.sampling: Any = None
@@ -387,6 +408,10 @@ class TinkerBackend(TrainingBackend):
         paths = [p for p in paths if p.startswith("tinker://")]
         if not paths:
             return
+        if self.self_hosted:
+            # Saved without a TTL: a self-hosted server keeps them until deleted.
+            log.info("tinker SDK %s (self-hosted dialect): checkpoints carry no TTL; nothing to keep", sdk_version())
+            return
         rest = self._rest()
         futures = [rest.set_checkpoint_ttl_from_tinker_path(p, None) for p in paths]
         for future in futures:
@@ -398,6 +423,11 @@ class TinkerBackend(TrainingBackend):
         if self._closed:
             return
         self._closed = True
+        if not hasattr(self.service, "close"):
+            # SDK 0.25 has no session finish (nor do the servers that speak it): the session
+            # ends when its heartbeats stop.
+            log.info("tinker SDK %s has no session finish; the run's outcome is %s", sdk_version(), status)
+            return
         try:
             _wait(self.service.close(status, detail), CLOSE_TIMEOUT_S)
         except Exception as exc:
