@@ -41,14 +41,14 @@ def sdk_025() -> Path:
     return path
 
 
-def scenario(server: TinkerServer, sdk: Path | None) -> tuple[dict[str, Any] | None, str]:
+def scenario(server: TinkerServer, sdk: Path | None, home: Path) -> tuple[dict[str, Any] | None, str]:
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(sdk or ""), str(REPO)) if p),
     }
     done = subprocess.run(
-        [sys.executable, str(SCENARIO), server.base_url, API_KEY],
+        [sys.executable, str(SCENARIO), server.base_url, API_KEY, str(home)],
         env=env,
         capture_output=True,
         text=True,
@@ -60,9 +60,9 @@ def scenario(server: TinkerServer, sdk: Path | None) -> tuple[dict[str, Any] | N
     return (json.loads(lines[-1][len("RESULT ") :]) if lines else None), done.stderr[-3000:]
 
 
-def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str) -> None:
+def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str, tmp_path: Path) -> None:
     with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.38")) as server:
-        result, err = scenario(server, None)
+        result, err = scenario(server, None, tmp_path)
         wire = server.wire
     assert result is not None, err
     assert result["sdk"].startswith("0.38") and result["self_hosted"] is False
@@ -75,9 +75,9 @@ def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str) -> None:
     assert [s["finished"] for s in wire.sessions.values()] == ["success", "success"]
 
 
-def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_025: Path) -> None:
+def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_025: Path, tmp_path: Path) -> None:
     with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.25")) as server:
-        result, err = scenario(server, sdk_025)
+        result, err = scenario(server, sdk_025, tmp_path)
         wire = server.wire
     assert result is not None, err
     assert result["sdk"] == "0.25.0" and result["self_hosted"] is True
@@ -92,10 +92,10 @@ def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_0
     assert [s["finished"] for s in wire.sessions.values()] == [None, None]
 
 
-def test_sdk_038_against_a_self_hosted_server_fails_where_the_issue_says(tokenizer_dir: str) -> None:
+def test_sdk_038_against_a_self_hosted_server_fails_where_the_issue_says(tokenizer_dir: str, tmp_path: Path) -> None:
     """Why the dialects exist: today's SDK asserts sample_sequence_ids, which SkyRL does not send."""
     with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.25")) as server:
-        result, err = scenario(server, None)
+        result, err = scenario(server, None, tmp_path)
     assert result is None and "sample_sequence_ids" in err
 
 

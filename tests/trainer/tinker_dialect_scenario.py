@@ -3,16 +3,20 @@ its path (tests/trainer/test_tinker_dialects.py): set up, sample, train a step, 
 checkpoint and the final one, keep the interval one, finish; then resume from the saved state
 and sample. Prints one line `RESULT {json}`.
 
-    python tests/trainer/tinker_dialect_scenario.py BASE_URL API_KEY
+    python tests/trainer/tinker_dialect_scenario.py BASE_URL API_KEY HOME
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import tinker
 
+from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
+from mcp_rl.rundir import RunPaths
+from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest, TrainingExample
 from mcp_rl.trainer.backends.tinker import TinkerBackend, sdk_version
 
@@ -25,7 +29,20 @@ def main() -> None:
         return TinkerBackend(service, base_model="Qwen/Qwen3-8B", lora_rank=8, checkpoint_ttl_s=3600)
 
     out: dict[str, object] = {"sdk": ".".join(map(str, sdk_version()))}
-    first = backend()
+    # The first as a run's trainer makes it: from its run config and the environment's settings.
+    settings = Settings.from_env({"TINKER_API_KEY": api_key, "TINKER_BASE_URL": base_url, "MCP_RL_HOME": sys.argv[3]})
+    config = RunConfig(
+        run_id="dialects",
+        environment=EnvironmentRef(name="e", class_name="E", file_path=Path("e.py"), project_root=Path(".")),
+        paths=RunPaths.for_run(Path(sys.argv[3]) / "run"),
+        env={},
+        openai=[],
+        trainer=TrainerSettings(
+            backend="tinker", base_model="Qwen/Qwen3-8B", lora_rank=8, num_steps=1, batch_size=2, group_size=2
+        ),
+    )
+    first = TinkerBackend.from_settings(config, settings)
+    first.checkpoint_ttl_s = None if first.self_hosted else 3600
     first.prepare()
     out["self_hosted"] = first.self_hosted
     out["sampled"] = [s.tokens for s in first.sample(SamplingRequest(prompt_tokens=[3, 4, 5], n=2, max_tokens=4))]

@@ -178,9 +178,10 @@ class TinkerBackend(TrainingBackend):
             checkpoint_ttl_s=settings.tinker_checkpoint_ttl_s,
             create_timeout_s=settings.tinker_create_timeout_s,
         )
-        backend.rest_client = tinker.RestClient(
-            base_url=settings.tinker_base_url, api_key=settings.tinker_api_key.get_secret_value()
-        )
+        if not backend.self_hosted:  # SDK 0.25's RestClient is made by its service client only
+            backend.rest_client = tinker.RestClient(
+                base_url=settings.tinker_base_url, api_key=settings.tinker_api_key.get_secret_value()
+            )
         return backend
 
     # --- setting up -------------------------------------------------------------------------
