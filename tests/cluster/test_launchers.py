@@ -24,7 +24,7 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> d
     return dict(os.environ)
 
 
-def _wait_state(job_id: str, wanted: set[JobState], deadline_s: float = 60.0) -> JobState:
+def _wait_state(job_id: str, wanted: set[JobState], deadline_s: float = 120.0) -> JobState:
     end = time.monotonic() + deadline_s
     while True:
         state = job_info("slurm", job_id, fresh=True).state
@@ -76,6 +76,11 @@ def test_a_slurm_job_is_submitted_stopped_gently_and_read_back(
     )
     job_id = launcher.submit(submission, tmp_path, slurm_env)
     assert _wait_state(job_id, {JobState.RUNNING}) == JobState.RUNNING
+    # Slurm says RUNNING before the script has set its trap: signal once it has.
+    log = tmp_path / "logs" / "supervisor.log"
+    end = time.monotonic() + 120
+    while not (log.exists() and "started" in log.read_text()) and time.monotonic() < end:
+        time.sleep(0.2)
     launcher.request_stop(job_id)
     assert _wait_state(job_id, {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED}) == JobState.COMPLETED
     assert "got TERM" in (tmp_path / "logs" / "supervisor.log").read_text()
