@@ -42,13 +42,16 @@ async def start_on(client: Client, launcher: str, **overrides: Any) -> dict[str,
     return await ok(client, "rl_start_training")
 
 
-async def wait_for(client: Client, run_id: str, until: Any, what: str) -> dict[str, Any]:
+async def wait_for(client: Client, run_id: str, until: Any, what: str, ended_ok: bool = False) -> dict[str, Any]:
+    """Poll until `until(status)`; a run that ends first fails the test at once (unless `ended_ok`)."""
     end = time.monotonic() + RUN_DEADLINE_S
     status: dict[str, Any] = {}
     while time.monotonic() < end:
         status = await ok(client, "rl_check_status", {"run_id": run_id})
         if until(status):
             return status
+        if status["status"] in ("completed", "failed", "stopped") and not ended_ok:
+            pytest.fail(f"run {run_id} ended {status['status']} ({status.get('cause')}), not {what}")
         await anyio.sleep(1.0)
     pytest.fail(f"run {run_id}: not {what} after {RUN_DEADLINE_S} s; last status: {status}")
 
@@ -109,7 +112,11 @@ async def test_a_slurm_job_cancelled_from_outside_reads_so_with_the_schedulers_r
         ended = await wait_for(client, run_id, lambda s: s["status"] in ("failed", "stopped"), "ended")
         await anyio.sleep(0)
         final = await wait_for(
-            client, run_id, lambda s: s["scheduler"] and s["scheduler"]["state"] == "cancelled", "cancelled in Slurm"
+            client,
+            run_id,
+            lambda s: s["scheduler"] and s["scheduler"]["state"] == "cancelled",
+            "cancelled in Slurm",
+            ended_ok=True,
         )
         assert final["status"] == ended["status"]
         assert f"ended from outside mcp-rl: slurm job {job_id} is CANCELLED" in final["cause"], final
