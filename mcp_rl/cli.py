@@ -3,6 +3,7 @@
     mcp-rl --version
     mcp-rl serve [--transport stdio|http] [--host H] [--port P]
     mcp-rl demo [--home DIR] [--steps N]
+    mcp-rl new-env NAME [--folder DIR]
     mcp-rl doctor [--offline] [--json]
     mcp-rl runs list|status|logs|stop ...
     mcp-rl serve-model RUN_ID [--step N] [--detach] | --list | --stop SERVE_ID
@@ -96,6 +97,24 @@ def _export(args: argparse.Namespace) -> int:
     return cmd_export(Settings.from_env(), args)
 
 
+def _new_env(args: argparse.Namespace) -> int:
+    # only this command writes a task file
+    from mcp_rl.environments.scaffold import new_task_file
+    from mcp_rl.settings import Settings
+
+    made = new_task_file(Settings.from_env(), args.name, args.folder)
+    print(f"Wrote {made.path}")
+    print("Edit:")
+    for line in made.edit:
+        print(f"  - {line}")
+    print("Then, from your agent:")
+    for line in made.next_calls:
+        print(f"  - {line}")
+    for note in made.notes:
+        print(f"Note: {note}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from mcp_rl.demo import DemoOptions, run_demo  # the MCP client stack: only for the demo
 
@@ -137,6 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: a short run)")
     demo.set_defaults(func=_demo)
+
+    new_env = sub.add_parser(
+        "new-env",
+        help="Write a working task file (mcp_rl.task) to edit into your own task.",
+        description="Write NAME.py, a complete task on mcp-rl's task interface, into --folder (default: the "
+        "first MCP_RL_ENV_PATHS folder, else $MCP_RL_HOME/envs). An existing file is never replaced.",
+    )
+    new_env.add_argument("name", help="a lowercase identifier, e.g. larger_number")
+    new_env.add_argument("--folder", default=None, help="absolute folder to write into")
+    new_env.set_defaults(func=_new_env)
 
     doctor = sub.add_parser("doctor", help="Check Python, packages, the model cache, the state dir, ports and keys.")
     doctor.add_argument("--offline", action="store_true", help="do not contact Tinker, W&B or OpenRouter")

@@ -353,9 +353,16 @@ class Settings(BaseModel):
     def default_backend(self) -> str:
         return "tinker" if self.tinker_api_key is not None else "local"
 
+    @property
+    def user_envs_dir(self) -> Path:
+        """Where rl_new_environment writes a task when MCP_RL_ENV_PATHS names no folder."""
+        return self.home / "envs"
+
     def environment_dirs(self) -> list[Path]:
-        """Folders scanned for environments: the bundled one first, then MCP_RL_ENV_PATHS."""
-        return [bundled_environments_dir(), *self.env_paths]
+        """Folders scanned for environments: the bundled one first, then MCP_RL_ENV_PATHS, then
+        $MCP_RL_HOME/envs once it exists (the scaffold's default folder)."""
+        extra = [self.user_envs_dir] if self.user_envs_dir.is_dir() and self.user_envs_dir not in self.env_paths else []
+        return [bundled_environments_dir(), *self.env_paths, *extra]
 
     def child_env(self, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
         """Environment for a child process: the parent's, our settings, and secrets by name only.

@@ -4,7 +4,11 @@ A task file is a Python file in a folder on `MCP_RL_ENV_PATHS` with a subclass o
 only what the user knows; mcp-rl does the rest (tokens, masks, logprobs, groups, resume, the
 held-out evaluation at step 0 and at the end, smoke tests, both backends)::
 
+    import random
     from mcp_rl.task import Task
+
+    PAIRS = [(a, b) for a in range(10, 100) for b in range(10, 100) if a != b]
+    random.Random(0).shuffle(PAIRS)       # 200 held out, the rest for training: disjoint
 
     class LargerNumber(Task):
         '''Reply with the larger of two numbers.'''
@@ -13,13 +17,12 @@ held-out evaluation at step 0 and at the end, smoke tests, both backends)::
         system_prompt = "Reply with only the larger number."
         max_tokens = 8                    # tokens per answer
         score_range = (0.0, 1.0)          # every score lies in it (the validator checks)
-        train_seeds = range(0, 2000)      # items come from item(seed); the two ranges never overlap
-        held_out_seeds = range(100_000, 100_200)
 
-        def item(self, seed):             # any JSON-like dict
-            rng = random.Random(seed)
-            a, b = rng.randint(10, 99), rng.randint(10, 99)
-            return {"a": a, "b": b, "answer": str(max(a, b))}
+        def train_items(self):            # any JSON-like dicts
+            return [{"a": a, "b": b, "answer": str(max(a, b))} for a, b in PAIRS[200:]]
+
+        def held_out_items(self):         # never trained on; evaluated at step 0 and at the end
+            return [{"a": a, "b": b, "answer": str(max(a, b))} for a, b in PAIRS[:200]]
 
         def prompt(self, item):           # the user message the model sees
             return f"{item['a']} or {item['b']}?"
@@ -27,8 +30,9 @@ held-out evaluation at step 0 and at the end, smoke tests, both backends)::
         def score(self, completion, item):
             return 1.0 if completion.strip() == item["answer"] else 0.0
 
-Instead of seeds a task may return lists from `train_items()` and `held_out_items()`; instead of
-`prompt` it may return the whole chat from `messages(item)`. `reference(item)` (default: the
+Instead of lists a task may define `item(seed)` with `train_seeds` and `held_out_seeds` (whose
+items must not ask the same question: the validator checks); instead of `prompt` it may return the
+whole chat from `messages(item)` (e.g. with worked examples). `reference(item)` (default: the
 item's "answer") is an answer that must score the top of `score_range`; `metadata(item)` (a dict
 of short strings) groups the held-out figures. Everything is single-turn: one prompt, one answer.
 
@@ -48,6 +52,7 @@ __all__ = [
     "Item",
     "Task",
     "groups_already_trained",
+    "prompt_text",
 ]
 
 # The label of a token the trainer must not learn: a scored group's `masks` repeat its `tokens`
@@ -66,6 +71,15 @@ def groups_already_trained(curr_step: int, batch_size: int, group_size: int) -> 
     if curr_step <= 0 or batch_size <= 0 or group_size <= 0:
         return 0
     return curr_step * batch_size // group_size
+
+
+def prompt_text(messages: list[dict[str, str]]) -> str:
+    """The question a chat asks: its last user message (the whole chat when there is none). The
+    held-out items are told apart, and kept apart from training items, by it."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return str(message.get("content", ""))
+    return "\n".join(str(m.get("content", "")) for m in messages)
 
 
 class Task:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from mcp_rl.environments.bundled.arithmetic import (
     scored_group,
     with_accuracy,
 )
-from mcp_rl.task import Item, Task
+from mcp_rl.task import Item, Task, prompt_text
 
 
 class TaskScoreError(ValueError):
@@ -89,6 +90,16 @@ class TaskEnv(BaseEnv):
         self.task = self.task_class()
         self.train_problems: list[Item] = list(self.task.train_items())
         self.eval_problems: list[Item] = list(self.task.held_out_items())
+        # A held-out question is never trained on, whatever the task's items say (the validator
+        # reports such items; here they are only left out of training).
+        held = {prompt_text(self.task.messages(item)) for item in self.eval_problems}
+        kept = [item for item in self.train_problems if prompt_text(self.task.messages(item)) not in held]
+        if len(kept) < len(self.train_problems):
+            print(
+                f"{len(self.train_problems) - len(kept)} training items ask a held-out question: left out of training",
+                file=sys.stderr,
+            )
+        self.train_problems = kept
         if not self.train_problems:
             raise ValueError(f"{self.task_class.__name__} has no training items (train_items() is empty)")
         self._rng = random.Random(config.seed)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import EnvironmentRef
+from mcp_rl.task import prompt_text
 
 
 class NoHeldOutItems(UserError):
@@ -146,7 +147,7 @@ def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
     seen: dict[str, int] = {}
     for i, problem in enumerate(problems):
         messages = [dict(m) for m in task.messages(problem)]
-        text = _prompt_text(messages)
+        text = prompt_text(messages)
         seen[text] = seen.get(text, 0) + 1
         item_id = text if seen[text] == 1 else f"{text} #{seen[text]}"
         items.append(HeldOutItem(id=item_id, messages=messages, answer=str(i)))
@@ -170,11 +171,3 @@ def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
         max_tokens=max_tokens,
         grader=grade,
     )
-
-
-def _prompt_text(messages: list[dict[str, str]]) -> str:
-    """The text the model is asked: the last user message (the whole chat when there is none)."""
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            return str(message.get("content", ""))
-    return "\n".join(str(m.get("content", "")) for m in messages)

@@ -18,7 +18,9 @@ from mcp_rl.config import CurrentConfig, EditResult, Session
 from mcp_rl.costs.training import cost_preview
 from mcp_rl.environments.discovery import DuplicateName, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
+from mcp_rl.environments.scaffold import NewEnvironment, new_task_file
 from mcp_rl.environments.service import EnvironmentService, SelectResult
+from mcp_rl.environments.validate import ValidationReport, validate
 from mcp_rl.errors import DamagedState, UserError, clip_message
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
@@ -31,6 +33,10 @@ Scalar = str | int | float | bool
 EditValue = Scalar | list[Scalar] | None
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES_NEW_FILE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+VALIDATES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 IDEMPOTENT_EDIT = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
@@ -49,6 +55,17 @@ class EnvironmentEntry(BaseModel):
         default_factory=list,
         description="Top-level modules it imports that are not installed (static check); selecting it says what to install.",
     )
+
+
+class ValidateAnswer(BaseModel):
+    """rl_validate_environment's answer."""
+
+    status: Literal["passed", "failed", "running"] = Field(
+        description="passed: no problem found; failed: see report.problems; running: call again to collect."
+    )
+    environment: str
+    message: str
+    report: ValidationReport | None = None
 
 
 class GemEnvironmentEntry(BaseModel):
@@ -259,6 +276,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 "Select one with rl_select_environment(name); its config fields are then loaded.",
                 "Smoke-test it with rl_test_inference before training.",
                 "Add folders of environments with the MCP_RL_ENV_PATHS environment variable.",
+                "A task of your own: rl_new_environment(name) writes a working task file to edit "
+                "(mcp_rl.task: items, chat, score); then rl_validate_environment(name).",
                 (
                     "GEM environments: rl_list_environments(filter='game') lists the game ids; select one by id, "
                     "e.g. rl_select_environment('game:GuessTheNumber-v0-easy')."
@@ -268,6 +287,84 @@ def register(mcp: MCPServer, state: AppState) -> None:
             gem_environments=gem_page,
             gem_matches=matches,
             next_offset=next_offset,
+        )
+
+    @mcp.tool(title="Write a new task file", annotations=WRITES_NEW_FILE)
+    @tool_errors
+    async def rl_new_environment(
+        name: Annotated[
+            str,
+            Field(description="The task's name, a lowercase identifier (e.g. 'larger_number'); the file is NAME.py."),
+        ],
+        folder: Annotated[
+            str | None,
+            Field(
+                description="Absolute folder to write it into (default: the first MCP_RL_ENV_PATHS folder, else "
+                "$MCP_RL_HOME/envs, which is always searched)."
+            ),
+        ] = None,
+    ) -> NewEnvironment:
+        """Start a new task of your own: write a complete, working task file to edit.
+
+        Use this when the user's task is not among rl_list_environments' entries. The file uses
+        mcp-rl's task interface (mcp_rl.task): seeded training and held-out items, the chat for an
+        item, score(completion, item) in a declared range. It trains as written (a small adding
+        task); edit item(), messages() and score() into the user's task. mcp-rl does the rest:
+        sampling, masks, groups, resume, and the held-out evaluation at step 0 and at the end
+        (base -> trained with a paired test). Never overwrites: an existing file is refused.
+        Answers with the path, what to edit, and the next calls (validate, select, smoke-test, train).
+        """
+        return await anyio.to_thread.run_sync(new_task_file, state.settings, name, folder)
+
+    @mcp.tool(title="Validate a task or environment", annotations=VALIDATES)
+    @tool_errors
+    async def rl_validate_environment(
+        ctx: Context,
+        name: Annotated[str, Field(description="Environment or task name from rl_list_environments.")],
+        sample_base_model: Annotated[
+            bool,
+            Field(description="Also score a few answers the local base model samples (free; adds ~10-30 s)."),
+        ] = True,
+    ) -> ValidateAnswer:
+        """Check a task (or environment) file before any run, in a child process; free (no paid call).
+
+        For a task (mcp_rl.task): builds its training and held-out items, checks that no held-out
+        prompt is a training prompt, scores the reference answers (they must get the top of
+        score_range) and a few wrong ones, and scores a handful of answers the local base model
+        samples, with timings. Anything that raises is reported with its exception, file and
+        line; so are non-finite or out-of-range scores and a file that does not import. An Atropos
+        environment is only imported (rl_test_inference runs it). The result is recorded: a start
+        of a task that never passed validation says so in its notes. If the check outlasts this
+        call, the answer says status 'running': call again with the same name to collect it.
+        """
+        budget = CallBudget(budget_s)
+        progress = Progress(ctx, budget)
+        env = await anyio.to_thread.run_sync(service.get, name)
+        done, report, job = await run_within(
+            jobs,
+            f"validate:{env.file_path}:{env.class_name}:{sample_base_model}",
+            f"validating {name}",
+            lambda: validate(state.settings, env, sample=sample_base_model),
+            budget,
+            progress,
+        )
+        if not done:
+            return ValidateAnswer(
+                status="running",
+                environment=name,
+                message=f"Still validating {name} ({job.running_for():.0f} s so far; it goes on in the background): "
+                f"call rl_validate_environment('{name}') again to collect the report.",
+            )
+        return ValidateAnswer(
+            status="passed" if report.ok else "failed",
+            environment=name,
+            message=(
+                f"{name}: no problem found"
+                if report.ok
+                else f"{name}: {len(report.problems)} problem(s): " + "; ".join(p.message for p in report.problems[:3])
+            )
+            + (f" ({len(report.warnings)} warning(s))." if report.warnings else "."),
+            report=report,
         )
 
     @mcp.tool(title="Select an environment", annotations=IDEMPOTENT_EDIT)

@@ -87,13 +87,18 @@ def train_environment_text(state: AppState, environment: str | None, goal: str |
         "list of suitable environments with one line each, ask which one to train, then call rl_select_environment(name) "
         "(again, if it answers status 'loading')."
     )
+    own = (
+        "If the person's task is their own (none listed fits), call rl_new_environment(name): it writes a working "
+        "task file (mcp_rl.task: items with a held-out set, the chat, score). Edit it into their task, call "
+        "rl_validate_environment(name) until it reports no problem, then rl_select_environment(name)."
+    )
     aim = f"The person's goal: {goal}\n\n" if goal else ""
     return f"""Train a language model with reinforcement learning on an environment, using the mcp-rl tools.
 
 {aim}{_backend_line(state)}
 
 Follow these steps in order and do not skip the confirmation.
-{pick}
+{pick} {own}
 2. Call rl_get_current_config. Summarise for the person: the environment's configurable fields that matter \
 (with current values; group_size is one of them), and the run options (backend, base_model, total_steps, \
 batch_size, lora_rank, learning_rate). Propose changes that fit the goal and make them with rl_edit_config(field, value), one field per \

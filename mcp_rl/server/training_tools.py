@@ -20,6 +20,8 @@ from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from mcp_rl.costs.training import estimate_training
+from mcp_rl.environments.discovery import task_class_names
+from mcp_rl.environments.validate import start_note
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
 from mcp_rl.metrics.store import read_checkpoints, survivor_note
 from mcp_rl.runconfig import RunConfig
@@ -92,6 +94,7 @@ class StartAnswer(RunStarted):
         "lora_rank, learning_rate, ...",
     )
     revision: str = Field(description="The config revision this run was built from (see rl_edit_config).")
+    notes: list[str] = Field(default_factory=list, description="What to know about this start (e.g. not validated).")
     idempotency_key: str | None = None
     reused: bool = Field(
         False, description="True: this key already started this run (within a day); nothing new started."
@@ -382,6 +385,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
             answer.message += " " + estimate.summary()
             if granted is not None:
                 answer.message += " The person said yes to starting it without a cost cap."
+            ref = session.environment
+            if ref is not None and ref.class_name in task_class_names(ref.file_path):
+                note = start_note(settings, ref.file_path, ref.name)
+                if note is not None:
+                    answer.notes.append(note)
             return answer.model_dump(mode="json")
 
         # On a worker thread that is never abandoned: if the host cancels this call, the run and

@@ -1,0 +1,161 @@
+"""Validating a task or environment before any run (rl_validate_environment).
+
+The file is loaded and checked in a child process (validate_child: the user's code may import
+anything, raise, or hang), with a deadline. The report is recorded under
+$MCP_RL_HOME/validations/ with the file's digest, so a start can tell whether the file as it is
+now ever passed (`validation_for`; the start answer's notes say when it did not).
+No paid call: the only model it samples is the local base model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from mcp_rl.environments.discovery import EnvironmentInfo
+from mcp_rl.errors import UserError
+from mcp_rl.models import default_model_dir, is_hf_model_dir
+from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.settings import Settings
+
+VALIDATIONS_DIR = "validations"
+TIMEOUT_S = 600.0
+SAMPLED_ITEMS = 4
+
+
+class Problem(BaseModel):
+    check: str = Field(description="import, init, items, messages, overlap, reference, wrong_answer, base_model_answer")
+    message: str
+    exception: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+class ValidationReport(BaseModel):
+    environment: str
+    file_path: str
+    file_sha256: str
+    ok: bool = Field(description="True: no problem found (warnings may remain).")
+    kind: str | None = None
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    train_items: int | None = None
+    held_out_items: int | None = None
+    references_scored: int | None = None
+    base_model: dict[str, Any] | None = Field(
+        None, description="The local base model's sampled answers (temperature 1) with their scores and timings."
+    )
+    seconds: float
+    validated_at: float
+    next_step: str = ""
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def record_path(settings: Settings, file_path: Path) -> Path:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(file_path).stem)
+    key = hashlib.sha256(str(Path(file_path).resolve()).encode()).hexdigest()[:10]
+    return settings.home / VALIDATIONS_DIR / f"{stem}-{key}.json"
+
+
+def _base_model(settings: Settings) -> Path | None:
+    """The local base model's folder when it is already there (never converted here)."""
+    for candidate in (settings.model_path, default_model_dir(settings)):
+        if candidate is not None and is_hf_model_dir(Path(candidate)):
+            return Path(candidate)
+    return None
+
+
+def validate(
+    settings: Settings, env: EnvironmentInfo, sample: bool = True, timeout_s: float = TIMEOUT_S
+) -> ValidationReport:
+    """Check `env` in a child process and record the report (UserError when the child fails)."""
+    digest = file_digest(env.file_path)
+    argv = [sys.executable, "-m", "mcp_rl.environments.validate_child", str(env.file_path), env.class_name]
+    argv.append(str(env.project_root))
+    model = _base_model(settings) if sample else None
+    if model is not None:
+        argv += ["--model", str(model), "--samples", str(SAMPLED_ITEMS)]
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=settings.child_env(),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"Validating {env.name} took over {timeout_s:g} s and was stopped: check that its items are quick to "
+            "make and that nothing at import time waits (network, input)."
+        ) from None
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if not last.startswith("{"):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise UserError(f"Validating {env.name} failed before it could report (exit {done.returncode}): {tail}")
+    data = json.loads(last)
+    ok = bool(data.get("ok"))
+    report = ValidationReport(
+        environment=env.select_name or env.name,
+        file_path=str(env.file_path),
+        file_sha256=digest,
+        ok=ok,
+        kind=data.get("kind"),
+        problems=[Problem(**p) for p in data.get("problems", [])],
+        warnings=data.get("warnings", []),
+        train_items=data.get("train_items"),
+        held_out_items=data.get("held_out_items"),
+        references_scored=data.get("references_scored"),
+        base_model=data.get("base_model"),
+        seconds=round(time.monotonic() - began, 2),
+        validated_at=time.time(),
+        next_step=(
+            f"rl_select_environment('{env.select_name or env.name}'), then rl_test_inference to smoke-test it"
+            if ok
+            else f"Fix the problems in {env.file_path} (each names its line), then call rl_validate_environment again."
+        ),
+    )
+    path = record_path(settings, env.file_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, report.model_dump_json(indent=1))
+    return report
+
+
+def validation_for(settings: Settings, file_path: Path) -> ValidationReport | None:
+    """The recorded validation of the file as it is now (None: never validated, or changed since)."""
+    path = record_path(settings, file_path)
+    try:
+        report = ValidationReport.model_validate_json(path.read_text(encoding="utf-8"))
+        current = file_digest(file_path)
+    except (OSError, ValueError):
+        return None
+    return report if report.file_sha256 == current else None
+
+
+def start_note(settings: Settings, file_path: Path, name: str) -> str | None:
+    """A note for a start of a task that never passed validation as it is now (else None)."""
+    report = validation_for(settings, file_path)
+    if report is not None and report.ok:
+        return None
+    if report is None:
+        return (
+            f"Task {name} was not validated as it is now: rl_validate_environment('{name}') checks its items, "
+            "held-out overlap and scores before you spend a run on it."
+        )
+    return (
+        f"Task {name} failed its last validation ({len(report.problems)} problem(s), e.g. "
+        f"{report.problems[0].message if report.problems else 'see the report'}): rl_validate_environment('{name}')."
+    )
