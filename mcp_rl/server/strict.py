@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticCustomError
 
 from mcp_rl.config import RUN_OPTION_NAMES
+from mcp_rl.server.strict_types import type_problems
 
 # Names agents use for something that is chosen elsewhere.
 _ENVIRONMENT_WORDS = frozenset({"environment", "env", "env_name", "environment_name", "name", "env_id"})
@@ -95,6 +96,7 @@ def make_strict(mcp: MCPServer) -> None:
             _valid: list[str] = valid,
             _title: str = base.__name__,
             _validate: Any = validate,
+            _properties: dict[str, Any] = tool.parameters.get("properties") or {},
         ) -> dict[str, Any]:
             if isinstance(arguments, dict) and not HOST_ARGUMENTS.isdisjoint(arguments):
                 arguments = {k: v for k, v in arguments.items() if k in _valid or k not in HOST_ARGUMENTS}
@@ -103,6 +105,11 @@ def make_strict(mcp: MCPServer) -> None:
                 message = unknown_arguments_message(_tool, unknown, _valid)
                 error = PydanticCustomError("unknown_argument", "{detail}", {"detail": message})
                 # A ValidationError, as the SDK reports a caller's bad arguments (a tool error).
+                raise ValidationError.from_exception_data(_title, [{"type": error, "loc": (), "input": arguments}])
+            problems = type_problems(arguments, _properties) if isinstance(arguments, dict) else []
+            if problems:  # mcp_rl.server.strict_types: no string/bool/number converted into another
+                message = f"{_tool}: {'; '.join(problems)}. Nothing was done."
+                error = PydanticCustomError("argument_type", "{detail}", {"detail": message})
                 raise ValidationError.from_exception_data(_title, [{"type": error, "loc": (), "input": arguments}])
             return _validate(arguments)
 

@@ -228,6 +228,8 @@ def set_ttl(settings: Settings, run_id: str, step: int, ttl_hours: float) -> Che
     """Give a Tinker checkpoint a new lifetime from now (1 hour to 10 years)."""
     if not math.isfinite(ttl_hours):
         raise UserError(f"ttl_hours must be a finite number, got {ttl_hours}")
+    if not MIN_TTL_S <= ttl_hours * 3600 <= MAX_TTL_S:  # before rounding: 1e308 hours would overflow
+        raise UserError(f"ttl_hours must be between 1 and {MAX_TTL_S // 3600} (10 years), got {ttl_hours:g}")
     seconds = round(ttl_hours * 3600)
     if not MIN_TTL_S <= seconds <= MAX_TTL_S:
         raise UserError(f"ttl_hours must be between 1 and {MAX_TTL_S // 3600} (10 years), got {ttl_hours:g}")
