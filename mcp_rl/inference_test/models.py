@@ -259,7 +259,15 @@ class TestSummary(BaseModel):
     models_tested: int
     models_finished: int
     models_succeeded: int
-    best_model: str | None
+    best_model: str | None = Field(
+        description="The highest accuracy in this test: on a few training prompts at the sampling temperature, "
+        "not a claim that it is the better model (see `measured`)."
+    )
+    measured: str = Field(
+        "",
+        description="What these scores measure (training prompts, sampled) and where held-out figures are "
+        "(rl_check_status / rl_get_results of a run, rl_evaluate_checkpoint).",
+    )
     avg_accuracy: float | None = Field(description="Mean accuracy of the models that produced scored groups.")
     environment_working: bool | None = Field(
         description="True once a model produced scored groups; None while nothing is known yet; False when all finished without."

@@ -245,6 +245,7 @@ def build_result(
             models_finished=len(finished),
             models_succeeded=len(succeeded),
             best_model=best.model if best else None,
+            measured=measured(spec.env_config, spec.num_steps, spec.group_size),
             avg_accuracy=avg,
             environment_working=working,
             output_directory=str(output_dir),
@@ -253,23 +254,33 @@ def build_result(
         updated_at=now,
         finished_at=finished_at,
         elapsed_s=round((finished_at or now) - started_at, 2),
-        message=note or describe(state, models, best),
+        message=note or describe(state, models, best, measured(spec.env_config, spec.num_steps, spec.group_size)),
         resource=test_uri(spec.test_id),
     )
 
 
-def describe(state: TestState, models: list[ModelResult], best: ModelResult | None) -> str:
+def measured(spec_env: dict[str, Any], num_steps: int, group_size: int) -> str:
+    """What a smoke test's scores measure, said with every figure (they are no held-out claim)."""
+    temperature = spec_env.get("temperature")
+    at = f"temperature {temperature:g}" if isinstance(temperature, int | float) else "the environment's temperature"
+    return (
+        f"{num_steps} training prompt(s) x {group_size} answers sampled at {at}: whether the environment runs and "
+        "scores, not how good a model is (training prompts, sampled, a handful). A trained checkpoint's gain over its "
+        "base on held-out items: rl_check_status / rl_get_results of its run, or rl_evaluate_checkpoint."
+    )
+
+
+def describe(state: TestState, models: list[ModelResult], best: ModelResult | None, what: str = "") -> str:
     """One sentence an agent can act on."""
     done = sum(1 for m in models if m.state in FINAL_MODEL_STATES)
     failed = [m for m in models if m.state in ("failed", "timed_out", "over_budget")]
     if state == "running":
         return f"Running: {done}/{len(models)} models finished."
     parts = []
+    scored = [m for m in models if m.accuracy is not None]
     if best is not None:
-        parts.append(
-            f"The environment works: best model {best.model} scored {best.correct_completions}/"
-            f"{best.total_completions} correct (accuracy {best.accuracy})."
-        )
+        per_model = "; ".join(f"{m.model} {m.correct_completions}/{m.total_completions} correct" for m in scored)
+        parts.append(f"The environment works. On {what or 'training prompts'} {per_model}.")
     else:
         parts.append("No model produced a scored group: check the errors and logs before training.")
     for m in failed:

@@ -134,7 +134,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         models of different sizes = 144 total (costs OpenRouter credits); without
         OPENROUTER_API_KEY one local model (free, CPU). Reports per model: accuracy (score > 0),
         mean score and spread, steps with a correct answer, two sample rollouts, errors with the
-        log tail; and the best model and whether the environment works. Spending is bounded:
+        log tail; and whether the environment works. The scores are a few training prompts sampled at
+        the environment's temperature (no held-out claim: rl_evaluate_checkpoint). Spending is bounded:
         each model may make about num_steps x group_size requests (plus a quarter; in a
         multi-turn environment such as a GEM game, one per turn of each episode) and is stopped
         at that budget (state over_budget) or at a provider error, whose cause and fix

@@ -72,7 +72,7 @@ def _test_event(result: InferenceTestResult) -> Event:
     }
     text = f"Smoke test {result.test_id} ({result.environment}) {result.state}"
     if summary.best_model:
-        text += f"; best model {summary.best_model}"
+        text += f"; highest on its training prompts (sampled): {summary.best_model}"
     if summary.environment_working is not None:
         text += f"; environment working: {'yes' if summary.environment_working else 'no'}"
     text += f". rl_get_test_result('{result.test_id}') has the details."

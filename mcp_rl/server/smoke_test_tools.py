@@ -71,7 +71,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ] = 0,
     ) -> Annotated[CallToolResult, InferenceTestResult]:
         """The result of a smoke test (rl_test_inference) by its test_id: state, per-model
-        accuracy and scores, samples, errors, the best model. Use it to collect a test that was
+        accuracy and scores on training prompts (sampled), samples, errors. Use it to collect a test that was
         still running when rl_test_inference answered; with wait_s it waits (with progress) for
         the test to end. Read-only: a test whose worker died reads as failed (the server records
         that and ends its leftover model processes by itself).
@@ -99,7 +99,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ] = 10,
     ) -> TestList:
         """List recent smoke tests (rl_test_inference), newest first: test_id, state,
-        environment, models, best model, whether the environment works. Collect one with
+        environment, models, whether the environment works. Collect one with
         rl_get_test_result(test_id).
         """
         budget = CallBudget(settings.tool_time_budget_s)

@@ -91,6 +91,10 @@ def test_summary_picks_the_best_model_and_says_whether_the_env_works(tmp_path: P
     assert done.summary.avg_accuracy == 0.5 and done.summary.models_succeeded == 2
     assert "m/c" in done.message and "m/b" in done.message
     assert done.test_config.total_rollouts == 2 * 4 * 3
+    # Labelled as what it measured: training prompts, sampled; no "best model" claim; where held-out figures are.
+    assert "best model" not in done.message and "m/a 1/4 correct; m/b 3/4 correct" in done.message
+    assert "training prompt" in done.message and "rl_evaluate_checkpoint" in done.message
+    assert done.summary.measured.startswith("2 training prompt(s) x 4 answers sampled at")
 
     nothing = report.build_result(spec, [c, c, c], tmp_path, 0.0, "completed", 1.0)
     assert nothing.summary.environment_working is False and nothing.summary.best_model is None
