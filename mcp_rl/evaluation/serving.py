@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from mcp_rl.errors import McpRlError, NotFound, UserError
 from mcp_rl.evaluation.checkpoints import CheckpointRef
 from mcp_rl.models import resolve_model
-from mcp_rl.ports import allocate_ports
+from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.processes import Ended, identify, is_alive, marker_for, spawn, stop
 from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
@@ -108,6 +108,12 @@ def start(settings: Settings, ref: CheckpointRef, port: int | None = None) -> Se
         raise UserError(
             f"Run {ref.run_id} trained on Tinker: its checkpoint {ref.weights} is served by Tinker itself "
             "(its OpenAI-compatible endpoint takes that path as the model name); nothing to start here."
+        )
+    if port is not None and not (1 <= port <= 65535 and port_is_free(port)):
+        # Checked before the model loads (that takes half a minute), not found after it.
+        raise UserError(
+            f"port {port} is not free on 127.0.0.1 (another server holds it, or it is out of range): choose "
+            "another --port, or leave --port out for a free one"
         )
     base = resolve_model(settings, ref.base_model)
     (port,) = [port] if port else allocate_ports(1)

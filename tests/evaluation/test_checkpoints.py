@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -99,4 +101,12 @@ def test_serve_model_refuses_bad_input_and_starts_nothing(
     assert "Saved steps: 2." in capsys.readouterr().err
     assert cli.main(["serve-model", "--stop", "r1-2-ffff"]) == 2
     assert "Unknown served model" in capsys.readouterr().err
+    with socket.socket() as busy:  # a port in use: said at once, before any model loads
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        began = time.monotonic()
+        assert cli.main(["serve-model", "r1", "--port", str(port)]) == 2
+        assert time.monotonic() - began < 5
+    assert f"port {port} is not free" in capsys.readouterr().err
     assert _snapshot(home) == before
