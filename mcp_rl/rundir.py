@@ -11,6 +11,7 @@ everything that reads it (the supervisor, the run service, the results and metri
     leases/              one file per export or evaluation using a checkpoint (`lease_checkpoint`)
     trainer_status.json  the trainer's `TrainerStatus`, rewritten atomically every few seconds
     env_health.json      the environment's `EnvHealth`: groups scored and failed, its last exception
+    rollouts.jsonl       a few `RolloutGroup`s per step: prompt, answers, rewards, advantages
     checkpoints/         the saved weights and states
     logs/                one log per process
 
@@ -46,6 +47,11 @@ TRAINER_STATUS_FILE = "trainer_status.json"
 # Written by the environment process (mcp_rl.environments.failure_report) beside its config:
 # the run folder in a run, a model's folder in a smoke test.
 ENV_HEALTH_FILE = "env_health.json"
+# Written by the trainer after each step: what the model said, bounded (ROLLOUT_* below).
+ROLLOUTS_FILE = "rollouts.jsonl"
+ROLLOUT_GROUPS_PER_STEP = 2
+ROLLOUT_ANSWERS_PER_GROUP = 16
+ROLLOUT_TEXT_CHARS = 1500
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 # Beside checkpoints.jsonl: the per-run lock every change of the run's checkpoints takes, and the
@@ -277,6 +283,42 @@ def read_env_health(path: Path) -> EnvHealth | None:
         return EnvHealth.model_validate_json(path.read_bytes())
     except (OSError, ValueError):
         return None
+
+
+class RolloutAnswer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text: str  # the model's answer (its last ROLLOUT_TEXT_CHARS characters at most)
+    reward: float
+    advantage: float  # what the update weighted it by (0: not trained on)
+
+
+class RolloutGroup(BaseModel):
+    """One line of `rollouts.jsonl`: one item's group of answers at one step."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    group: int  # its index in the step's batch
+    prompt: str  # the messages before the answer, as "role: content" lines (bounded)
+    answers: list[RolloutAnswer]
+    answers_total: int  # answers in the group (those beyond ROLLOUT_ANSWERS_PER_GROUP are left out)
+    signal: bool  # the answers got different rewards (a group with none trains nothing)
+
+
+def clip_text(text: str, limit: int = ROLLOUT_TEXT_CHARS) -> str:
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
+def read_rollouts(path: Path) -> list[RolloutGroup]:
+    """Every well-formed rollout group of a `rollouts.jsonl` (a torn last line is skipped)."""
+    groups = []
+    for row in read_jsonl(path).rows:
+        try:
+            groups.append(RolloutGroup.model_validate(row))
+        except ValidationError:
+            continue
+    return groups
 
 
 CheckpointKind = Literal["sampler", "state"]

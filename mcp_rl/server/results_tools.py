@@ -36,6 +36,7 @@ from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
+from mcp_rl.metrics.rollouts import MAX_PAGE, RolloutPage, rollout_page
 from mcp_rl.rundir import is_run_id
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
@@ -45,6 +46,7 @@ from mcp_rl.supervisor.registry import Registry
 log = logging.getLogger(__name__)
 
 RESULTS_ANNOTATIONS = ToolAnnotations(title="Get run results", read_only_hint=True, open_world_hint=True)
+ROLLOUTS_ANNOTATIONS = ToolAnnotations(title="Read a run's rollouts", read_only_hint=True, open_world_hint=False)
 # Of the tool's time budget, what drawing the plot may use at most before it is left out.
 PLOT_SHARE = 0.5
 _PLOT_CACHE_SIZE = 16
@@ -217,6 +219,42 @@ def register(mcp: MCPServer, state: AppState) -> None:
         for name, uri in results.log_uris.items():
             content.append(_link(uri, f"{name} log", "text/plain", f"Tail of the {name} process log"))
         return CallToolResult(content=content, structured_content=results.model_dump(mode="json"))
+
+    @mcp.tool(title="Read a run's rollouts", annotations=ROLLOUTS_ANNOTATIONS)
+    @tool_errors
+    async def rl_get_rollouts(
+        run_id: Annotated[str, Field(description="Run id from rl_start_training or rl_list_runs.")],
+        step: Annotated[
+            int | None, Field(ge=1, description="The training step to show (default: the latest with rollouts).")
+        ] = None,
+        offset: Annotated[int, Field(ge=0, description="First group of the step to return.")] = 0,
+        limit: Annotated[int, Field(ge=1, le=MAX_PAGE, description="Groups per page.")] = 2,
+    ) -> RolloutPage:
+        """What the model said during training: a few groups of each step (the prompt, every answer
+        with its reward and the advantage it was trained with), a page at a time.
+
+        Use it to see why rewards are what they are (answers the environment scores wrongly,
+        empty or cut-off answers, a prompt the model misreads) and whether groups carry signal
+        (`signal` false: every answer got the same reward, nothing was learned from it). Kept for
+        local and Tinker runs, bounded (two groups per step, texts clipped). Read-only; also the
+        resource rl://runs/{run_id}/rollouts/{step}.
+        """
+        return await anyio.to_thread.run_sync(lambda: rollout_page(settings, run_id, step, offset, limit))
+
+    @mcp.resource(
+        "rl://runs/{run_id}/rollouts/{step}",
+        name="run_rollouts",
+        title="Rollouts of a training step",
+        description="The groups kept of one training step (prompt, answers, rewards, advantages) as JSON; the "
+        "tool rl_get_rollouts pages through them.",
+        mime_type="application/json",
+    )
+    @resource_errors
+    async def run_rollouts(run_id: str, step: str) -> str:
+        if not step.isdigit():
+            raise NotFound(f"Step {clip(step)} is not a step number; read rl://runs/{{run_id}}/rollouts/1.")
+        page = await anyio.to_thread.run_sync(lambda: rollout_page(settings, run_id, int(step), 0, 10_000))
+        return page.model_dump_json()
 
     @mcp.resource(
         "rl://runs/{run_id}/plot.png",

@@ -49,6 +49,7 @@ from mcp_rl.trainer.batcher import BatchingSampler, BatchSampling, batching_samp
 from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 from mcp_rl.trainer.policy_lag import DEFAULT_MAX_LAG, PolicyVersions, TaggingSampler
 from mcp_rl.trainer.retention import prune
+from mcp_rl.trainer.rollouts import rollout_groups
 from mcp_rl.trainer.status import RunRecorder, last_state
 from mcp_rl.trainer.step_data import Notices, prepare_step
 
@@ -396,6 +397,7 @@ class Trainer:
             mixed_groups_only=bool(self.config.env.get("ensure_scores_are_not_same", False)),
         )
         stats = prepared.stats
+        self._keep_rollouts(step, batch, prepared.examples)
         if prepared.trained:
             result, sampler_path = self.backend.train_step(prepared.trained, adam, step)
         else:
@@ -412,6 +414,12 @@ class Trainer:
         metrics.update(logprob_metrics(prepared.trained, result))
         metrics.update(result.extra)
         return metrics
+
+    def _keep_rollouts(self, step: int, batch: list[dict[str, Any]], examples: list[TrainingExample]) -> None:
+        try:
+            self.recorder.rollouts(rollout_groups(step, batch, examples))
+        except Exception as exc:  # an environment's odd group (or a full disk) must never cost a training step
+            log.warning("could not keep the rollouts of step %d: %s", step, exc)
 
     def _save(self, step: int, final: bool, keep: bool = False) -> str:
         """A resumable state and the inference weights for `step`, both recorded; returns the

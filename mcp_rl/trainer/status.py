@@ -18,10 +18,12 @@ from typing import Any
 
 from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.rundir import (
+    ROLLOUTS_FILE,
     STEP_KEY,
     TIME_KEY,
     CheckpointKind,
     CheckpointRecord,
+    RolloutGroup,
     RunPaths,
     TrainerPhase,
     TrainerStatus,
@@ -81,6 +83,12 @@ class RunRecorder:
         with self._lock:
             _append_line(self.paths.metrics, line)
         return line
+
+    def rollouts(self, groups: list[RolloutGroup]) -> None:
+        """Append a step's kept rollout groups to rollouts.jsonl."""
+        with self._lock:
+            for group in groups:
+                _append_line(self.paths.run_dir / ROLLOUTS_FILE, group.model_dump(mode="json"))
 
     def checkpoint(
         self,

@@ -25,6 +25,7 @@ EXPLORING_CALLS = [
     ("rl_check_status", {"run_id": "nope"}, "run_id"),
     ("rl_read_log", {"run_id": "nope"}, "run_id"),
     ("rl_get_results", {"run_id": "nope"}, "run_id"),
+    ("rl_get_rollouts", {"run_id": "nope"}, "run_id"),
     ("rl_list_checkpoints", {"run_id": "nope"}, "run_id"),
     ("rl_get_test_result", {"test_id": "20990101-000000-abcdef"}, "test_id"),
     ("rl_cancel_test", {"test_id": "nope"}, "test_id"),

@@ -18,6 +18,8 @@ from mcp_rl.rundir import (
     COST_STEP_USD_KEY,
     COST_TOTAL_USD_KEY,
     COST_TRAINED_TOKENS_KEY,
+    ROLLOUTS_FILE,
+    read_rollouts,
 )
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest
@@ -112,3 +114,9 @@ async def test_a_run_reports_the_servers_tokens_and_ends_at_its_cost_cap_with_th
     saved = {s["path"]: s["ttl_seconds"] for s in wire.saves if s["kind"] != "ephemeral"}
     assert records and all(saved[r["path"]] is None for r in records)
     assert len(wire.forward_backward) == 1
+    # What the model said is kept to read (issue 34): both groups of the step, rewards and advantages.
+    kept = read_rollouts(config.paths.run_dir / ROLLOUTS_FILE)
+    assert [(g.step, g.group, g.signal) for g in kept] == [(1, 0, True), (1, 1, True)]
+    for group in kept:
+        assert sorted(a.reward for a in group.answers) == [0.0, 1.0]
+        assert all((a.advantage > 0) == (a.reward == 1.0) for a in group.answers)
