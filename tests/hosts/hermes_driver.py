@@ -29,7 +29,12 @@ def main() -> int:
     try:
         names = discover_mcp_tools()
         emit("discovery", sorted(names))
+        # An exploring agent's mistakes first: two "no environment selected" and an unknown run id
+        # would be three errors in a row, after which Hermes stops calling the server.
         call("config_before", "rl_get_current_config", {})
+        call("config_before", "rl_get_current_config", {})
+        call("status_unknown", "rl_check_status", {"run_id": "nope"})
+        call("list_runs_after", "rl_list_runs", {})
         call("select", "rl_select_environment", {"name": "arithmetic"})
         call("config", "rl_get_current_config", {})
         call("edit_unknown", "rl_edit_config", {"field": "num_problemz", "value": 3})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import make_env
+from tests.hosts.clients import mcp_rl_command, readme_block
 from tests.hosts.venvs import host_venv
 
 pytestmark = pytest.mark.slow
@@ -31,12 +31,9 @@ REFUSED = ("edit_unknown", "edit_range", "edit_type")
 
 
 def readme_hermes_config() -> dict[str, Any]:
-    """The README's Hermes `config.yaml` block, with the checkout's path filled in."""
-    readme = (CHECKOUT / "README.md").read_text()
-    section = readme[readme.index("**Hermes Agent**") :]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block is not None, "the README's Hermes section has no yaml block"
-    return yaml.safe_load(block.group(1).replace("/path/to/mcp-rl", str(CHECKOUT)))
+    """The README's Hermes `config.yaml` block, with the checkout's `mcp-rl` filled in."""
+    config: dict[str, Any] = yaml.safe_load(readme_block("Hermes Agent", "yaml"))
+    return config
 
 
 def _steps(stdout: str) -> dict[str, list[Any]]:
@@ -58,16 +55,26 @@ def test_hermes_agent_client_with_the_readme_configuration(home: Path, default_m
     python = host_venv("hermes-agent-0.19.0", HERMES)
     config = readme_hermes_config()
     server = config["mcp_servers"]["rl"]
-    assert server["command"] == str(CHECKOUT / ".venv" / "bin" / "mcp-rl") and server["timeout"] == 300
+    assert server["command"] == mcp_rl_command() and server["timeout"] == 300
     # The README's env holds no key (none here); the test adds only its own isolation.
     assert not any("KEY" in name or "TOKEN" in name for name in server.get("env") or {})
     server["env"] = {**(server.get("env") or {}), **make_env(home, MCP_RL_MODEL=str(default_model))}
+    if os.environ.get("PYTHONPATH"):  # a worktree's sources
+        server["env"]["PYTHONPATH"] = os.environ["PYTHONPATH"]
     hermes_home = tmp_path / "hermes-home"
     hermes_home.mkdir()
     (hermes_home / "config.yaml").write_text(yaml.safe_dump(config))
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "HERMES_HOME": str(hermes_home)}
     steps = _run([str(python), str(HERE / "hermes_driver.py")], env, tmp_path)
 
+    # Two "no environment selected" and an unknown run id are answers (found: false), so the
+    # valid call after them is answered, not cut off by Hermes' three-errors-in-a-row breaker.
+    exploring = steps["config_before"] + steps["status_unknown"]
+    assert len(exploring) == 3
+    for answer in (entry["result"] for entry in exploring):
+        assert "error" not in answer and answer["structuredContent"]["found"] is False, answer
+    after = steps["list_runs_after"][0]["result"]
+    assert "error" not in after and after["structuredContent"]["runs"] == [], after
     tools = steps["discovery"][0]["result"]
     assert "mcp__rl__rl_start_training" in tools and all(t.startswith("mcp__rl__") for t in tools), tools
     config_now = steps["config"][0]["result"]["structuredContent"]
@@ -91,7 +98,7 @@ def test_hermes_agent_client_with_the_readme_configuration(home: Path, default_m
 def test_fastmcp_client(home: Path, default_model: Path, tmp_path: Path) -> None:
     python = host_venv("fastmcp-4.1.6", FASTMCP)
     env = make_env(home, MCP_RL_MODEL=str(default_model))
-    command = str(CHECKOUT / ".venv" / "bin" / "mcp-rl")
+    command = mcp_rl_command()
     steps = _run(
         [str(python), str(HERE / "fastmcp_driver.py"), command, json.dumps(env)],
         {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
