@@ -91,6 +91,13 @@ class EnvironmentService:
             return env
         if gem_catalog.looks_like_gem_id(name):
             return self._gem_environment(name, catalog)
+        for problem in catalog.problems:
+            # The file the agent means failed to parse: its problem, not "unknown environment".
+            if problem.file_path.stem.lower() == name.lower().replace("-", "_"):
+                raise UserError(
+                    f"{name!r} is not selectable: its file {problem.file_path} could not be parsed: {problem.error}. "
+                    "Fix the file (rl_list_environments lists it under `problems`), then select it again."
+                )
         raise config.unknown_environment(name, catalog.names)
 
     def _gem_environment(self, gem_id: str, catalog: Catalog) -> EnvironmentInfo:

@@ -1,7 +1,12 @@
 from pathlib import Path
 
+import pytest
+
 from mcp_rl.environments.discovery import ScanCache, parse_file, scan
-from tests.conftest import FIXTURES
+from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.errors import UserError
+from mcp_rl.settings import Settings
+from tests.conftest import FIXTURES, make_env
 
 GOOD = FIXTURES / "envs" / "good"
 BROKEN = FIXTURES / "envs" / "broken"
@@ -51,3 +56,15 @@ def test_parse_ignores_non_env_classes(tmp_path: Path):
     path = tmp_path / "plain.py"
     path.write_text("class NotAnEnv(object):\n    name = 'x'\n")
     assert parse_file(path) == []
+
+
+def test_selecting_a_file_that_failed_to_parse_names_its_problem(tmp_path) -> None:
+    """Issue 34: not "Unknown environment", but the file and why it could not be read."""
+    service = EnvironmentService(
+        Settings.from_env(make_env(tmp_path, MCP_RL_ENV_PATHS=str(BROKEN), MCP_RL_INTROSPECT_WORKER_IDLE="0"))
+    )
+    with pytest.raises(UserError) as raised:
+        service.get("broken")
+    message = str(raised.value)
+    assert "'broken' is not selectable: its file" in message and "broken.py could not be parsed:" in message
+    assert "under `problems`" in message
