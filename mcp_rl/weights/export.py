@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from mcp_rl.atomic_dir import replace_dir, temp_sibling
 from mcp_rl.errors import UserError
+from mcp_rl.models import hub_id_of
 from mcp_rl.rundir import METRICS_FILE, read_jsonl
 from mcp_rl.weights.destination import MARKER_FILE, check_existing, write_marker
 
@@ -69,15 +70,16 @@ def eval_figures(run_dir: Path) -> dict[str, tuple[float, float, int, int]]:
 
 def model_card(spec: ExportSpec) -> str:
     lines = ["---", "library_name: peft" if spec.format == "adapter" else "library_name: transformers"]
-    if "/" in spec.base_model and not Path(spec.base_model).is_absolute():
-        lines.append(f"base_model: {spec.base_model}")
+    hub_id = hub_id_of(spec.base_model)
+    if hub_id:
+        lines.append(f"base_model: {hub_id}")
     lines += ["tags:", "- mcp-rl", "- reinforcement-learning", "- lora", "---", ""]
     lines.append(f"# {spec.run_id}: {spec.environment} (step {spec.step})")
     lines.append("")
     kind = "a LoRA adapter (PEFT)" if spec.format == "adapter" else "the base model with the LoRA adapter merged in"
     lines.append(
         f"Trained with mcp-rl (RL post-training, GRPO-style) on the `{spec.environment}` environment: {kind}. "
-        f"Base model: `{spec.base_model}`. Weights of step {spec.step}"
+        f"Base model: `{hub_id or spec.base_model}`. Weights of step {spec.step}"
         + (f" of {spec.num_steps}." if spec.num_steps else ".")
     )
     figures = eval_figures(spec.run_dir)
@@ -97,14 +99,23 @@ def model_card(spec: ExportSpec) -> str:
             "## Training configuration",
             "",
             "```json",
-            json.dumps(spec.trainer_config, indent=1, default=str),
+            # The base model as its Hub id here too: a local path means nothing to a reader.
+            json.dumps(
+                {
+                    **spec.trainer_config,
+                    **({"base_model": hub_id} if hub_id and "base_model" in spec.trainer_config else {}),
+                },
+                indent=1,
+                default=str,
+            ),
             "```",
         ]
     return "\n".join(lines) + "\n"
 
 
 def _copy_adapter(source: Path, target: Path, base_model: str) -> None:
-    """The adapter files only (no links), with base_model_name_or_path filled in when missing."""
+    """The adapter files only (no links), with base_model_name_or_path naming the base model's Hub
+    id when one is known (a local path means nothing on another machine), else filled in when missing."""
     for name in ADAPTER_FILES:
         src = source / name
         if src.is_symlink() or not src.is_file():
@@ -112,8 +123,10 @@ def _copy_adapter(source: Path, target: Path, base_model: str) -> None:
         shutil.copyfile(src, target / name)
     config_path = target / "adapter_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    if not config.get("base_model_name_or_path"):
-        config["base_model_name_or_path"] = base_model
+    hub_id = hub_id_of(base_model) or hub_id_of(str(config.get("base_model_name_or_path") or ""))
+    wanted = hub_id or config.get("base_model_name_or_path") or base_model
+    if config.get("base_model_name_or_path") != wanted:
+        config["base_model_name_or_path"] = wanted
         config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
