@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,13 +22,13 @@ from pathlib import Path
 
 import anyio
 
+from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.costs.evaluation import EvaluationEstimate, ItemStats, estimate_evaluation, evaluation_cost, price_models
 from mcp_rl.errors import UnknownId, UserError
 from mcp_rl.evaluation.checkpoint_models import (
     EVAL_ID_RE,
     RESULT_FILE,
     SPEC_FILE,
-    WORKER_FILE,
     WORKER_LOG,
     CheckpointInfo,
     EvalModel,
@@ -50,7 +49,7 @@ from mcp_rl.evaluation.item_stats import measure
 from mcp_rl.evaluation.worker import initial_result
 from mcp_rl.inference_test.models import model_slug
 from mcp_rl.models import resolve_model
-from mcp_rl.processes import identify, is_alive, marker_for, spawn
+from mcp_rl.processes import marker_for
 from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings
@@ -291,8 +290,9 @@ def start_planned(settings: Settings, planned: Planned) -> EvaluationResult:
         write_text_atomic(folder / RESULT_FILE, result.model_dump_json(indent=1))
         lease = lease_checkpoint(run_dir, planned.info.weights, f"evaluation {spec.eval_id}")
         try:
-            proc = spawn(
+            start_worker(
                 argv,
+                folder,
                 folder / WORKER_LOG,
                 settings.child_env(),
                 cwd=folder,
@@ -301,17 +301,6 @@ def start_planned(settings: Settings, planned: Planned) -> EvaluationResult:
             )
         finally:
             os.close(lease)
-    # Reap it when it ends, so a long-lived server collects no zombies; it is not waited for.
-    threading.Thread(target=proc.wait, name=f"reap-eval-{spec.eval_id}", daemon=True).start()
-    ident = identify(proc.pid)
-    record = {
-        "pid": proc.pid,
-        "pgid": ident.pgid if ident else proc.pid,
-        "create_time": ident.create_time if ident else 0.0,
-        "marker": marker_for("eval", folder),
-        "started_at": time.time(),
-    }
-    write_text_atomic(folder / WORKER_FILE, json.dumps(record))
     return result
 
 
@@ -326,19 +315,11 @@ def eval_folder(settings: Settings, eval_id: str) -> Path:
     return path
 
 
-def _worker_alive(folder: Path) -> bool:
-    try:
-        record = json.loads((folder / WORKER_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return True  # written right after the spawn: a reader may be a few milliseconds early
-    return is_alive(record.get("pid"), record.get("create_time") or None)
-
-
 def read_evaluation(settings: Settings, eval_id: str) -> EvaluationResult:
     """The latest result (read-only). A running evaluation whose worker died reads as failed."""
     folder = eval_folder(settings, eval_id)
     result = EvaluationResult.model_validate_json((folder / RESULT_FILE).read_text(encoding="utf-8"))
-    if result.state != "running" or _worker_alive(folder):
+    if result.state != "running" or worker_alive(folder):
         return result
     result = EvaluationResult.model_validate_json((folder / RESULT_FILE).read_text(encoding="utf-8"))
     if result.state != "running":

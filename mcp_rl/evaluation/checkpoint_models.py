@@ -21,7 +21,6 @@ from mcp_rl.evaluation.stats import PairedComparison
 from mcp_rl.runconfig import EnvironmentRef
 
 SPEC_FILE = "spec.json"
-WORKER_FILE = "worker.json"
 RESULT_FILE = "result.json"
 WORKER_LOG = "worker.log"
 OUTCOMES_DIR = "outcomes"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_rl.background import WORKER_FILE, WorkerRecord  # noqa: F401  (re-exported: the test worker's record)
 from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
 
 Provider = Literal["openrouter", "local"]
@@ -31,7 +32,6 @@ TEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 SPEC_FILE = "test.json"
-WORKER_FILE = "worker.json"
 SUMMARY_FILE = "summary.json"
 WORKER_LOG = "worker.log"
 LOCAL_SERVER_LOG = "local_server.log"
@@ -155,15 +155,6 @@ class TestSpec(BaseModel):
     @classmethod
     def load(cls, path: Path) -> TestSpec:
         return cls.model_validate_json(path.read_text(encoding="utf-8"))
-
-
-class WorkerRecord(BaseModel):
-    """Who runs a test: a reader tells a live worker from a dead one by pid and start time."""
-
-    pid: int
-    pgid: int
-    create_time: float
-    started_at: float
 
 
 class RolloutSample(BaseModel):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ import anyio
 import yaml
 
 from mcp_rl import config
+from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.errors import NotFound, UnknownId, UserError
 from mcp_rl.evaluation.checkpoints import is_run_ref, resolve_ref
 from mcp_rl.inference_test import report
@@ -44,8 +44,8 @@ from mcp_rl.inference_test.models import (
     test_uri,
 )
 from mcp_rl.models import resolve_model
-from mcp_rl.processes import identify, is_alive, marker_for, spawn, stop_group
-from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
+from mcp_rl.processes import is_alive, marker_for, stop_group
+from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings, configs_dir
 
 LOCAL_MODEL_ID = "local"
@@ -291,17 +291,9 @@ def start_test(
     initial.dump(test_dir / SUMMARY_FILE)
     argv = [sys.executable, "-m", "mcp_rl.inference_test", "--test-dir", str(test_dir)]
     # The worker and everything it starts carry the test's marker: only those may be signalled.
-    proc = spawn(argv, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir, marker=marker_of_test(test_dir))
-    # Reap it when it ends, so a long-lived server collects no zombies; it is not waited for.
-    threading.Thread(target=proc.wait, name=f"reap-test-{test_id}", daemon=True).start()
-    ident = identify(proc.pid)
-    record = WorkerRecord(
-        pid=proc.pid,
-        pgid=ident.pgid if ident else proc.pid,
-        create_time=ident.create_time if ident else 0.0,
-        started_at=time.time(),
+    start_worker(
+        argv, test_dir, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir, marker=marker_of_test(test_dir)
     )
-    write_text_atomic(test_dir / WORKER_FILE, record.model_dump_json())
     return initial
 
 
@@ -328,22 +320,13 @@ def test_dir(settings: Settings, test_id: str) -> Path:
     return path
 
 
-def _worker_alive(folder: Path) -> bool:
-    try:
-        record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        # Written right after the spawn; a reader may be a few milliseconds early.
-        return True
-    return is_alive(record.pid, record.create_time or None)
-
-
 def read_test(settings: Settings, test_id: str, repair: bool = True) -> InferenceTestResult:
     """The latest state of a test. A test whose worker died unannounced reads as failed; with
     `repair` that is also recorded and its leftover model processes are ended, without it nothing
     is written or signalled (the MCP server's read tools: its watcher repairs, `repair_dead_tests`)."""
     folder = test_dir(settings, test_id)
     result = InferenceTestResult.load(folder / SUMMARY_FILE)
-    if result.state != "running" or _worker_alive(folder):
+    if result.state != "running" or worker_alive(folder):
         return result
     # The worker may have written its final summary just before exiting: read once more.
     result = InferenceTestResult.load(folder / SUMMARY_FILE)
@@ -393,7 +376,7 @@ def repair_dead_tests(settings: Settings) -> list[str]:
         try:
             if not (folder / SPEC_FILE).is_file() or InferenceTestResult.load(folder / SUMMARY_FILE).state != "running":
                 continue
-            if not _worker_alive(folder) and read_test(settings, folder.name).state != "running":
+            if not worker_alive(folder) and read_test(settings, folder.name).state != "running":
                 repaired.append(folder.name)
         except (NotFound, ValueError, OSError):
             continue

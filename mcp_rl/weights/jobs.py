@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mcp_rl import processes
+from mcp_rl import background, processes
 from mcp_rl.costs.exports import ExportCost, export_cost
 from mcp_rl.errors import UnknownId, UserError
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
@@ -91,7 +91,7 @@ def read_status(settings: Settings, export_id: str) -> ExportStatus:
         status = ExportStatus.model_validate_json((job_dir / STATUS_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UnknownId(f"no export {export_id!r}: rl_export_weights starts one", "export_id", export_id) from None
-    if status.state != ExportState.RUNNING or _alive(status):
+    if status.state != ExportState.RUNNING or _alive(job_dir):
         return status
     # It may have written its last status just before exiting: read once more.
     status = ExportStatus.model_validate_json((job_dir / STATUS_FILE).read_text(encoding="utf-8"))
@@ -108,12 +108,10 @@ def read_status(settings: Settings, export_id: str) -> ExportStatus:
     return status
 
 
-def _alive(status: ExportStatus) -> bool:
+def _alive(job_dir: Path) -> bool:
     """The worker runs: its pid still belongs to the process started then, not ended (a zombie
-    has ended). Nothing is signalled, so the start time is proof enough."""
-    if status.pid is None:
-        return True  # the server writes the pid right after the spawn
-    return processes.is_alive(status.pid, status.pid_started_at)
+    has ended); mcp_rl.background, as for smoke tests and evaluations."""
+    return background.worker_alive(job_dir)
 
 
 def _remove_leftovers(status: ExportStatus) -> list[Path]:
@@ -200,8 +198,11 @@ def start(
             write_status(job_dir, status)
             lease = lease_checkpoint(run.run_dir, record.path, f"export {export_id}")
             try:
-                proc = processes.spawn(
-                    [sys.executable, "-m", "mcp_rl.weights.worker", str(job_dir)],
+                worker = background.start_worker(
+                    # The worker lets go of both once its last status is written (it may take
+                    # seconds more to exit): a retry of the same export is not refused meanwhile.
+                    [sys.executable, "-m", "mcp_rl.weights.worker", str(job_dir), str(lease), str(claim)],
+                    job_dir,
                     job_dir / LOG_FILE,
                     # The worker's Settings must name the same Tinker as ours (a test's loopback one).
                     _worker_env(settings),
@@ -212,9 +213,7 @@ def start(
                 os.close(lease)
         finally:
             os.close(claim)
-    processes.reap_in_background(proc)
-    ident = processes.identify(proc.pid)
-    status.pid, status.pid_started_at = proc.pid, ident.create_time if ident else None
+    status.pid, status.pid_started_at = worker.pid, worker.create_time or None
     # The worker writes its own status from now on; record the pid only if it has not begun.
     current = ExportStatus.model_validate_json((job_dir / STATUS_FILE).read_text(encoding="utf-8"))
     if current.pid is None and current.state == ExportState.RUNNING:

@@ -123,7 +123,16 @@ def main() -> int:
     sys.stdout = _Scrubbed(sys.stdout, secrets)
     sys.stderr = _Scrubbed(sys.stderr, secrets)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    return run(Path(sys.argv[1]), settings)
+    try:
+        return run(Path(sys.argv[1]), settings)
+    finally:
+        # The checkpoint's lease and the destination's claim (descriptors inherited from the
+        # server, mcp_rl.weights.jobs): released as soon as the last status is written.
+        for fd in sys.argv[2:]:
+            try:
+                os.close(int(fd))
+            except (ValueError, OSError):
+                pass
 
 
 if __name__ == "__main__":
