@@ -23,6 +23,11 @@ NEVER_IMPORT_SERVER = (
     "mcp_rl.rundir",
     "mcp_rl.settings",
     "mcp_rl.processes",
+    "mcp_rl.evaluation",
+    "mcp_rl.weights",
+    "mcp_rl.costs",
+    "mcp_rl.background",
+    "mcp_rl.locking",
 )
 
 
