@@ -1,8 +1,11 @@
 """Start-up and environment-tool latency over real stdio (issue 2 and 28 targets).
 
-Prints, from the same run:
-  * process start -> tools/list answered, mcp-rl vs a bare MCPServer with one tool (the floor:
-    importing the mcp SDK alone takes most of a second here); target: within 1.2x of the floor;
+Prints, from the same run, with the machine named:
+  * process start -> `initialize` answered and -> tools/list answered, mcp-rl vs a bare MCPServer
+    with one tool (the floor: importing the mcp SDK alone takes most of a second here), warm
+    (bytecode cached, mcp-rl's kept tool schemas) and cold (a fresh interpreter with an empty
+    bytecode cache, PYTHONPYCACHEPREFIX, and a fresh state home, so nothing kept is reused: a
+    first start after install, or after an upgrade); target: warm tools/list within 1.2x of the floor;
   * rl_list_environments over 200 environment files, warm (target < 200 ms);
   * a cached rl_select_environment (target < 100 ms).
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -74,12 +78,33 @@ def server_cpu_s() -> float:
     return total_ns / 1e9
 
 
-async def time_to_tools_list(p: StdioServerParameters) -> tuple[float, float]:
-    """(wall seconds, server CPU seconds) from process start to the tools/list answer."""
+async def time_to_tools_list(p: StdioServerParameters) -> tuple[float, float, float]:
+    """(wall seconds to the initialize answer, to the tools/list answer, server CPU seconds to it)."""
     start = time.perf_counter()
-    async with Client(p, mode="legacy") as client:
+    async with Client(p, mode="legacy") as client:  # entered once `initialize` is answered
+        initialized = time.perf_counter() - start
         await client.list_tools()
-        return time.perf_counter() - start, server_cpu_s()
+        return initialized, time.perf_counter() - start, server_cpu_s()
+
+
+def cold(p: StdioServerParameters, scratch: Path, env_key: str | None = None) -> StdioServerParameters:
+    """`p` with an empty bytecode cache that is not written back (every module compiled from source)
+    and, for mcp-rl, a state home of its own (no kept tool schemas)."""
+    folder = Path(tempfile.mkdtemp(dir=scratch))
+    env = {**(p.env or {}), "PYTHONPYCACHEPREFIX": str(folder / "pycache"), "PYTHONDONTWRITEBYTECODE": "1"}
+    if env_key is not None:
+        env[env_key] = str(folder / "home")
+    return p.model_copy(update={"env": env})
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory_gib = psutil.virtual_memory().total / 2**30
+    return f"{platform.node()}: {model}, {os.cpu_count()} CPUs, {memory_gib:.0f} GiB, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
 async def timed_calls(client: Client, name: str, args: dict, n: int) -> list[float]:
@@ -124,21 +149,37 @@ async def main(rounds: int, against: Path | None) -> int:
         }
         serve = ["-m", "mcp_rl", "serve"]
         starts: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
+        inits: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
         cpu: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
+        cold_starts: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
+        cold_inits: dict[str, list[float]] = {"bare": [], **{label: [] for label in codes}}
+        scratch = tmp_path / "cold"
+        scratch.mkdir()
         for _ in range(rounds):  # interleaved, so all see the same machine load
             for label, p in [
                 ("bare", params([str(bare_file)], envs_of["mcp-rl"])),
                 *((label, params(serve, envs_of[label], code)) for label, code in codes.items()),
             ]:
-                wall, used = await time_to_tools_list(p)
+                initialized, wall, used = await time_to_tools_list(p)
+                inits[label].append(initialized)
                 starts[label].append(wall)
                 cpu[label].append(used)
+                initialized, wall, _ = await time_to_tools_list(
+                    cold(p, scratch, None if label == "bare" else "MCP_RL_HOME")
+                )
+                cold_inits[label].append(initialized)
+                cold_starts[label].append(wall)
         warm: dict[str, dict[str, list[float]]] = {}
         for _ in range(2):  # alternated too; the figures are the medians of both sessions' calls
             for label, code in codes.items():
                 for key, xs in (await warm_figures(params(serve, envs_of[label], code))).items():
                     warm.setdefault(label, {}).setdefault(key, []).extend(xs)
     bare, bare_cpu = ms(starts["bare"]), ms(cpu["bare"])
+    print(f"machine: {machine()}")
+    print(
+        f"bare MCPServer: warm initialize {ms(inits['bare']):.0f} ms, tools/list {bare:.0f} ms; "
+        f"cold initialize {ms(cold_inits['bare']):.0f} ms, tools/list {ms(cold_starts['bare']):.0f} ms"
+    )
     print(
         f"start -> tools/list, bare MCPServer (floor): median {bare:.0f} ms over {rounds} "
         f"(server CPU {bare_cpu:.0f} ms); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
@@ -149,7 +190,14 @@ async def main(rounds: int, against: Path | None) -> int:
         ratio = ours / bare
         name = "mcp-rl serve" if label == "mcp-rl" else f"against {code}"
         print(f"\n[{name}]")
-        print(f"start -> tools/list: median {ours:.0f} ms over {rounds}; ratio to bare {ratio:.2f}x (target <= 1.2x)")
+        print(
+            f"warm: start -> initialize answered median {ms(inits[label]):.0f} ms, -> tools/list {ours:.0f} ms "
+            f"over {rounds}; tools/list ratio to bare {ratio:.2f}x (target <= 1.2x)"
+        )
+        print(
+            f"cold (no bytecode cache, fresh home): start -> initialize answered median {ms(cold_inits[label]):.0f} ms, "
+            f"-> tools/list {ms(cold_starts[label]):.0f} ms ({ms(cold_starts[label]) / ms(cold_starts['bare']):.2f}x bare's cold)"
+        )
         print(
             f"  server CPU to the answer: median {ms(cpu[label]):.0f} ms, {ms(cpu[label]) / bare_cpu:.2f}x bare's "
             "(the same ratio without the other processes' share of a busy machine)"
