@@ -12,6 +12,7 @@ that check structured content against the schema (the Python and TypeScript SDKs
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,12 +83,18 @@ def output_schema_with_answer(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` that also accepts an ExploringAnswer: its `required` moves into an `anyOf` branch."""
     if schema.get("type") != "object" or "anyOf" in schema:
         return schema
-    answer = ExploringAnswer.model_json_schema(mode="serialization")
-    answer.pop("title", None)
     out = {k: v for k, v in schema.items() if k != "required"}
-    out["$defs"] = {**schema.get("$defs", {}), DEF_NAME: answer}
+    out["$defs"] = {**schema.get("$defs", {}), DEF_NAME: _answer_schema()}
     out["anyOf"] = [{"required": schema.get("required", [])}, {"$ref": f"#/$defs/{DEF_NAME}"}]
     return out
+
+
+@functools.cache
+def _answer_schema() -> dict[str, Any]:
+    """Derived once per process (pydantic builds it in ms; there are ~20 tools at every start)."""
+    answer = ExploringAnswer.model_json_schema(mode="serialization")
+    answer.pop("title", None)
+    return answer
 
 
 def answer_exploring_calls(mcp: MCPServer, state: AppState) -> None:

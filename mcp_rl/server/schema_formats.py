@@ -26,19 +26,26 @@ _SAYS = {"path": "a file system path", "file-path": "a path to a file", "directo
 
 
 def standard_formats(schema: Any) -> Any:
-    """A copy of `schema` with every non-standard `format` replaced by words in `description`."""
+    """`schema` with every non-standard `format` replaced by words in `description`: a new object
+    where something changed, the same one where nothing did (most of it, at every start)."""
     if isinstance(schema, list):
-        return [standard_formats(item) for item in schema]
+        items = [standard_formats(item) for item in schema]
+        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
     if not isinstance(schema, dict):
         return schema
-    out = {key: standard_formats(value) for key, value in schema.items()}
+    changed = False
+    out = {}
+    for key, value in schema.items():
+        out[key] = new = standard_formats(value)
+        changed = changed or new is not value
     fmt = out.get("format")
     if isinstance(fmt, str) and fmt not in STANDARD_FORMATS and isinstance(out.get("type", "string"), str):
         del out["format"]
         says = _SAYS.get(fmt, f"{fmt.replace('-', ' ')} text")
         described = out.get("description")
         out["description"] = f"{described} ({says})" if described else f"{says[0].upper()}{says[1:]}."
-    return out
+        changed = True
+    return out if changed else schema
 
 
 def use_standard_formats(mcp: MCPServer) -> None:
