@@ -94,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gave up waiting for {start_when} after {START_WHEN_TIMEOUT_S:g} s", file=sys.stderr)
         return 1
     # Metrics hook (mcp_rl.metrics): what the environment logs also goes to the run dir, not only W&B.
-    from mcp_rl.metrics.env_metrics import install_for_run
+    from mcp_rl.metrics.env_metrics import install_for_evaluate, install_for_run
 
     install_for_run(ns.mode, env_args)
+    # An evaluation mcp-rl runs (mcp_rl.evaluation.env_eval): what evaluate() reports is kept.
+    install_for_evaluate(cls, ns.mode, env_args)
     # Atropos's CLI reads sys.argv; argv[0] names the file for its help and error messages.
     sys.argv = [str(env_file), ns.mode, *env_args]
     cls.cli()  # run_and_exit: raises SystemExit with the environment's exit code

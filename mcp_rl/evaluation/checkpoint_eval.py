@@ -44,7 +44,8 @@ from mcp_rl.evaluation.checkpoints import (
     resolve_checkpoint,
     resolve_ref,
 )
-from mcp_rl.evaluation.heldout import held_out_set, is_task
+from mcp_rl.evaluation.env_eval import uses_own_evaluate, what_to_add
+from mcp_rl.evaluation.heldout import ITEM_ENVIRONMENTS, NoHeldOutItems, is_task
 from mcp_rl.evaluation.item_stats import measure
 from mcp_rl.evaluation.worker import initial_result
 from mcp_rl.inference_test.models import model_slug
@@ -56,9 +57,6 @@ from mcp_rl.settings import Settings
 
 EVALUATIONS_DIR = "evaluations"
 MAX_COMPARE = 4
-# The bundled environments whose held-out items mcp_rl.evaluation.heldout makes, besides tasks
-# (it raises NoHeldOutItems for any other name before importing anything: asked here at once).
-ITEM_ENVIRONMENTS = ("arithmetic", "gsm8k")
 
 ProgressCallback = Callable[[float, float, str], Awaitable[None]]
 
@@ -166,8 +164,20 @@ def plan(
     ref = resolve_checkpoint(settings, run_id, step)
     config = load_run(settings, run_id)
     name = config.environment.name
-    if name not in ITEM_ENVIRONMENTS and not is_task(config.environment):
-        held_out_set(name, {})  # raises NoHeldOutItems, saying why, for every other environment
+    task = is_task(config.environment)
+    own_evaluate = (
+        name not in ITEM_ENVIRONMENTS
+        and not task
+        and uses_own_evaluate(name, config.environment.file_path, config.environment.class_name)
+    )
+    if name not in ITEM_ENVIRONMENTS and not task and not own_evaluate:
+        env = config.environment
+        raise NoHeldOutItems(what_to_add(name, env.class_name, env.file_path))
+    if own_evaluate and (ref.backend != "local" or compare_with):
+        raise UserError(
+            f"environment {name!r} is evaluated by its own evaluate() against each model served locally: "
+            "only a local run's checkpoint against its base can be evaluated this way (no compare_with, no Tinker run)."
+        )
     if ref.backend == "tinker" and settings.tinker_api_key is None:
         raise UserError(
             f"Run {run_id} trained on Tinker: evaluating its checkpoint needs TINKER_API_KEY in the server's environment."
@@ -187,6 +197,8 @@ def plan(
         env_config=dict(config.env),
         models=models,
         openrouter_base_url=settings.openrouter_base_url,
+        own_evaluate=own_evaluate,
+        openai=[dict(server) for server in config.openai],
     )
     info = CheckpointInfo(
         model=ref.model_id,

@@ -60,6 +60,10 @@ class EvalSpec(BaseModel):
     # mcp_rl.costs.evaluation: each model's rates, and the evaluation's own cap (None: no cap).
     pricing: list[ModelPricing] = []
     max_cost_usd: float | None = None
+    # The environment has no items mcp-rl knows: its own evaluate() is run against each model
+    # served in turn (mcp_rl.evaluation.env_eval), with the run's server settings (`openai`).
+    own_evaluate: bool = False
+    openai: list[dict[str, object]] = []
 
 
 class ModelProgress(BaseModel):

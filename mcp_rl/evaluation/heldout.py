@@ -6,9 +6,10 @@ evaluation tool) sample and grade them: the same items every evaluation, never t
     arithmetic  the environment's eval split: >= 200 problems at the defaults, disjoint from the
                 training problems up to commutation, none of them a few-shot example
     gsm8k       the first `eval_size` problems of the dataset's test split
-    GEM         multi-turn games: its fixed eval seeds are played by the environment itself
-                (gem_env.EVAL_SEEDS), not here
-    any other   its own evaluate() inside Atropos; no items here (NoHeldOutItems says so)
+    GEM         multi-turn games: its fixed eval seeds are played by the environment's own
+                evaluate() (gem_env.eval_seeds), run by mcp_rl.evaluation.env_eval, not here
+    any other   its own evaluate(), if it has one (mcp_rl.evaluation.env_eval); no items here
+                (NoHeldOutItems says so)
 
 Each set carries the environment's evaluation sampling (greedy, its answer length).
 """
@@ -24,6 +25,13 @@ from pydantic import BaseModel, ConfigDict
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.task import prompt_text
+
+# The environments whose held-out items this module makes.
+ITEM_ENVIRONMENTS = ("arithmetic", "gsm8k")
+
+
+def is_gem(environment: str) -> bool:
+    return environment.startswith("gem") or environment.startswith("game:")
 
 
 class NoHeldOutItems(UserError):
@@ -63,14 +71,15 @@ def held_out_set(environment: str | EnvironmentRef, env_config: dict[str, Any]) 
         return _arithmetic(env_config)
     if environment == "gsm8k":
         return _gsm8k(env_config)
-    if environment.startswith("gem") or environment.startswith("game:"):
+    if is_gem(environment):
         raise NoHeldOutItems(
             f"environment {environment!r} is multi-turn: its held-out evaluation plays fixed eval seeds inside the "
             "environment (its evaluate()), not single prompts mcp-rl can grade on its own."
         )
     raise NoHeldOutItems(
-        f"environment {environment!r} has no held-out items mcp-rl knows: only its own evaluate() (run by Atropos "
-        "every steps_per_eval steps) can evaluate it. Give it an eval split and an evaluate() to see held-out figures."
+        f"environment {environment!r} has no held-out items mcp-rl knows: it is evaluated by its own evaluate(), "
+        "when its class has one. Give it an eval split and an evaluate() that reports per-item samples through "
+        "evaluate_log to see held-out figures."
     )
 
 

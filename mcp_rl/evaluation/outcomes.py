@@ -61,3 +61,40 @@ def evaluated_steps(run_dir: Path) -> list[int]:
         except ValueError:
             continue
     return sorted(found)
+
+
+# An evaluation with no per-item outcomes (an environment's own evaluate() that reports only
+# metrics): `eval/step_{S:06d}.aggregate.json`, its headline score and item count.
+AGGREGATE_SUFFIX = ".aggregate.json"
+
+
+class AggregateScore(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    score: float
+    n: int | None = None
+    score_key: str | None = None
+
+
+def aggregate_file(run_dir: Path, step: int) -> Path:
+    return run_dir / EVAL_DIR / f"step_{step:06d}{AGGREGATE_SUFFIX}"
+
+
+def write_aggregate(run_dir: Path, aggregate: AggregateScore) -> None:
+    path = aggregate_file(run_dir, aggregate.step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(aggregate.model_dump_json(), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_aggregates(run_dir: Path) -> list[AggregateScore]:
+    """The run's aggregate-only evaluations by step (unreadable files are skipped)."""
+    found = []
+    for path in (run_dir / EVAL_DIR).glob(f"step_*{AGGREGATE_SUFFIX}"):
+        try:
+            found.append(AggregateScore.model_validate_json(path.read_text(encoding="utf-8")))
+        except (OSError, ValidationError):
+            continue
+    return sorted(found, key=lambda a: a.step)

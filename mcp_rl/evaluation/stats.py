@@ -264,3 +264,76 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+# --- aggregate-only evaluations ----------------------------------------------------------------
+TWO_PROPORTION_TEST = "two-proportion z-test (unpaired, two-sided)"
+NEWCOMBE_UNPAIRED_CI = "Newcombe hybrid Wilson score (unpaired, method 10)"
+
+
+class UnpairedComparison(BaseModel):
+    """Base vs trained from two aggregate scores (no per-item outcomes: the items cannot be paired)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int | None  # items per evaluation (the smaller of the two when they differ); None: unknown
+    base_score: float
+    trained_score: float
+    difference: float
+    ci_low: float | None = None  # None: no honest interval (n unknown, or not a proportion)
+    ci_high: float | None = None
+    p_value: float | None = None
+    test: str | None = None
+    interval: str | None = None
+    sentence: str
+
+
+def unpaired_comparison(
+    base_score: float,
+    base_n: int | None,
+    trained_score: float,
+    trained_n: int | None,
+    *,
+    items: str = "held-out items",
+    trained_name: str = "the trained model",
+) -> UnpairedComparison:
+    """Two aggregate scores compared as independent proportions: Newcombe's hybrid score interval
+    of the difference and the pooled two-proportion z-test. Both need the counts (n) and scores
+    in [0, 1]; without them only the difference is given, and the sentence says why. Unpaired
+    figures are wider than a paired test's would be on the same items: honest, not optimal."""
+    difference = trained_score - base_score
+    head = f"{trained_name} scored {trained_score:.2f} against the base's {base_score:.2f} ({difference:+.2f}"
+    proportions = all(0.0 <= s <= 1.0 for s in (base_score, trained_score))
+    if not base_n or not trained_n or not proportions:
+        why = "the environment reported no item count" if proportions else "the scores are not proportions"
+        return UnpairedComparison(
+            n=min(base_n, trained_n) if base_n and trained_n else None,
+            base_score=base_score,
+            trained_score=trained_score,
+            difference=difference,
+            sentence=f"On the environment's own evaluation {head}; no interval or test: {why}, and it reports "
+            "no per-item outcomes (pass per-item samples with a score to evaluate_log for the paired test))",
+        )
+    base_right, trained_right = round(base_score * base_n), round(trained_score * trained_n)
+    l1, u1 = wilson_interval(trained_right, trained_n)
+    l2, u2 = wilson_interval(base_right, base_n)
+    p1, p2 = trained_right / trained_n, base_right / base_n
+    low = (p1 - p2) - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = (p1 - p2) + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    pooled = (base_right + trained_right) / (base_n + trained_n)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / base_n + 1 / trained_n))
+    p_value = 1.0 if se == 0 else math.erfc(abs(p1 - p2) / se / math.sqrt(2))
+    n = min(base_n, trained_n)
+    return UnpairedComparison(
+        n=n,
+        base_score=base_score,
+        trained_score=trained_score,
+        difference=difference,
+        ci_low=max(-1.0, low),
+        ci_high=min(1.0, high),
+        p_value=p_value,
+        test=TWO_PROPORTION_TEST,
+        interval=NEWCOMBE_UNPAIRED_CI,
+        sentence=f"On {n} {items} {head}, 95 % CI {max(-1.0, low):+.2f} to {min(1.0, high):+.2f}; "
+        f"unpaired two-proportion z-test {format_p(p_value)}: the environment reports no per-item outcomes)",
+    )

@@ -9,8 +9,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import UserError
-from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.evaluation.outcomes import evaluated_steps, read_aggregates, read_outcomes
+from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
 from mcp_rl.rundir import eval_outcomes_file
 
 # Evaluations listed (first, last and evenly spaced between): a status call reads each one's file.
@@ -33,7 +33,14 @@ class EvalPoint(BaseModel):
 class HeldOutSummary(BaseModel):
     """Base -> trained on the same held-out items (every score a mean over the items)."""
 
-    n: int = Field(description="Held-out items in both evaluations.")
+    n: int | None = Field(
+        description="Held-out items in both evaluations (None: the environment's own evaluate() did not say)."
+    )
+    paired: bool = Field(
+        True,
+        description="Per-item outcomes compared item by item (False: the environment's own evaluate() reported "
+        "only an aggregate score, compared unpaired).",
+    )
     base_step: int = Field(description="Step of the run's first evaluation (0: the base model).")
     step: int | None = Field(None, description="Step of the latest evaluation (None: only the base so far).")
     base_score: float
@@ -61,7 +68,7 @@ def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         if outcomes:
             scores[step] = {o.item: o.score for o in outcomes}
     if not scores:
-        return None
+        return _aggregate_summary(run_dir)
     ordered = sorted(scores)
     points = [EvalPoint(step=s, score=sum(v.values()) / len(v), n=len(v)) for s, v in sorted(scores.items())]
     first = ordered[0]
@@ -98,6 +105,44 @@ def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         test=result.test,
         wins=result.wins,
         losses=result.losses,
+        sentence=result.sentence,
+        evaluations=points,
+    )
+
+
+def _aggregate_summary(run_dir: Path) -> HeldOutSummary | None:
+    """An environment whose own evaluate() reports only an aggregate score: its first evaluation
+    against its latest, unpaired (the sentence says so)."""
+    found = read_aggregates(run_dir)
+    if not found:
+        return None
+    points = [EvalPoint(step=a.step, score=a.score, n=a.n or 0) for a in found]
+    first, last = found[0], found[-1]
+    if len(found) == 1:
+        return HeldOutSummary(
+            n=first.n,
+            paired=False,
+            base_step=first.step,
+            base_score=first.score,
+            sentence=f"The environment's own evaluation scored {first.score:.2f} ({first.score_key}) at step "
+            f"{first.step} (the base); no later evaluation yet.",
+            evaluations=points,
+        )
+    result = unpaired_comparison(
+        first.score, first.n, last.score, last.n, trained_name=f"the model at step {last.step}"
+    )
+    return HeldOutSummary(
+        n=result.n,
+        paired=False,
+        base_step=first.step,
+        step=last.step,
+        base_score=result.base_score,
+        trained_score=result.trained_score,
+        difference=result.difference,
+        ci_low=result.ci_low,
+        ci_high=result.ci_high,
+        p_value=result.p_value,
+        test=result.test,
         sentence=result.sentence,
         evaluations=points,
     )

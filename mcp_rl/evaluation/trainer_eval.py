@@ -6,25 +6,41 @@ the run folder and summarised as `eval/...` metrics, compared with the run's fir
 Atropos calls an environment's evaluate() only when the step counter crosses steps_per_eval,
 never at step 0, and only the environment sees the outcomes; doing it here gives a base number
 at step 0, the same items at every evaluation, and per-item outcomes for a paired test.
+
+An environment mcp-rl has no items for, whose class has its own evaluate() (an eval split of its
+own), is evaluated by that evaluate(), unchanged, against the trainer's inference server at the
+same steps (mcp_rl.evaluation.env_eval): per-item outcomes when it reports them, else its
+aggregate score compared unpaired.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S, EnvEvaluation, run_environment_evaluate, uses_own_evaluate
 from mcp_rl.evaluation.heldout import HeldOutSet, NoHeldOutItems, held_out_set
-from mcp_rl.evaluation.outcomes import ItemOutcome, evaluated_steps, read_outcomes, write_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.evaluation.outcomes import (
+    AggregateScore,
+    ItemOutcome,
+    evaluated_steps,
+    read_aggregates,
+    read_outcomes,
+    write_aggregate,
+    write_outcomes,
+)
+from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     EVAL_BASE_SCORE_KEY,
     EVAL_CI_HIGH_KEY,
     EVAL_CI_LOW_KEY,
     EVAL_DIFFERENCE_KEY,
+    EVAL_DIR,
     EVAL_N_KEY,
     EVAL_P_VALUE_KEY,
     EVAL_SCORE_KEY,
@@ -56,6 +72,8 @@ class HeldOutEvaluator:
         self.num_steps = config.trainer.num_steps
         self._set: HeldOutSet | None = None
         self._unavailable: str | None = None
+        # No items here, but the environment's class has its own evaluate(): that is run instead.
+        self._own_evaluate = False
 
     def due(self, step: int) -> bool:
         return step == self.num_steps or (self.every > 0 and step % self.every == 0)
@@ -66,7 +84,12 @@ class HeldOutEvaluator:
                 self._set = held_out_set(self.config.environment, self.config.env)
             except NoHeldOutItems as exc:
                 self._unavailable = str(exc)
-                log.info("no held-out evaluation: %s", exc)
+                ref = self.config.environment
+                self._own_evaluate = uses_own_evaluate(ref.name, ref.file_path, ref.class_name)
+                if self._own_evaluate:
+                    log.info("held-out evaluation by the environment's own evaluate() (%s)", exc)
+                else:
+                    log.info("no held-out evaluation: %s", exc)
             except Exception as exc:  # a broken item source must not end the run
                 self._unavailable = f"{type(exc).__name__}: {exc}"
                 log.warning("held-out items could not be made; no held-out evaluation", exc_info=True)
@@ -77,7 +100,7 @@ class HeldOutEvaluator:
         ({} when there is nothing to evaluate or the evaluation failed: the run goes on)."""
         items = self.held_out()
         if items is None:
-            return {}
+            return self._evaluate_own(step) if self._own_evaluate else {}
         began = time.monotonic()
         try:
             completions = sample_completions(sampler, items)
@@ -105,6 +128,66 @@ class HeldOutEvaluator:
             seconds,
         )
         return metrics
+
+    def _evaluate_own(self, step: int) -> dict[str, Any]:
+        """The environment's own evaluate() against the trainer's inference server (blocking)."""
+        port = self.config.ports.inference
+        if port is None:
+            return {}
+        ref = self.config.environment
+        try:
+            result = run_environment_evaluate(
+                file_path=ref.file_path,
+                class_name=ref.class_name,
+                project_root=ref.project_root,
+                run_yaml=self.config.model_dump(mode="json"),
+                base_url=f"http://127.0.0.1:{port}/v1",
+                out_dir=self.run_dir / EVAL_DIR / f"env_step_{step:06d}",
+                child_env=dict(os.environ),  # the trainer's own (its run marker: the child is the run's)
+                timeout_s=DEFAULT_TIMEOUT_S,
+            )
+        except Exception:
+            log.warning("the environment's evaluate() at step %d failed; training goes on", step, exc_info=True)
+            return {}
+        metrics = record_env_evaluation(self.run_dir, step, result)
+        log.info(
+            "held-out evaluation (the environment's evaluate()) at step %d: %s=%.3f on %s items (%.1f s)",
+            step,
+            result.score_key,
+            result.score or 0.0,
+            result.n,
+            result.seconds,
+        )
+        return metrics
+
+
+def record_env_evaluation(run_dir: Path, step: int, result: EnvEvaluation) -> dict[str, Any]:
+    """Save one evaluate() result in the run folder (per-item outcomes, else its aggregate) and
+    return its `eval/...` metrics, compared with the run's first evaluation."""
+    metrics: dict[str, Any] = {EVAL_SECONDS_KEY: round(result.seconds, 3)}
+    if result.outcomes:
+        write_outcomes(eval_outcomes_file(run_dir, step), result.outcomes)
+        metrics.update({EVAL_SCORE_KEY: result.score, EVAL_N_KEY: len(result.outcomes)})
+        metrics.update(compare_with_base(run_dir, step))
+        return metrics
+    if result.score is None:
+        return {}
+    write_aggregate(run_dir, AggregateScore(step=step, score=result.score, n=result.n, score_key=result.score_key))
+    metrics[EVAL_SCORE_KEY] = result.score
+    if result.n:
+        metrics[EVAL_N_KEY] = result.n
+    earlier = [a for a in read_aggregates(run_dir) if a.step < step]
+    if earlier:
+        base = earlier[0]
+        compared = unpaired_comparison(base.score, base.n, result.score, result.n)
+        metrics[EVAL_BASE_SCORE_KEY] = compared.base_score
+        metrics[EVAL_DIFFERENCE_KEY] = compared.difference
+        if compared.ci_low is not None:
+            metrics[EVAL_CI_LOW_KEY] = compared.ci_low
+            metrics[EVAL_CI_HIGH_KEY] = compared.ci_high
+        if compared.p_value is not None:
+            metrics[EVAL_P_VALUE_KEY] = compared.p_value
+    return metrics
 
 
 def sample_completions(sampler: Sampler, items: HeldOutSet) -> list[str]:

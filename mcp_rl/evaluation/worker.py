@@ -48,6 +48,7 @@ from mcp_rl.evaluation.checkpoint_models import (
     ModelProgress,
     SamplePair,
 )
+from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S
 from mcp_rl.evaluation.heldout import HeldOutSet, held_out_set
 from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
@@ -121,6 +122,8 @@ class EvalWorker:
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> EvalState:
         try:
+            if self.spec.own_evaluate:
+                return self._run_own_evaluate()
             items = held_out_set(self.spec.environment, self.spec.env_config)
             n = len(items.items)
             models = [m.model_copy(update={"total": n}) for m in self.result.models]
@@ -130,7 +133,7 @@ class EvalWorker:
                 if self.stop.is_set():
                     raise Cancelled
                 self._evaluate(index, model, items)
-                self._compare(items)
+                self._compare({item.id: item.answer for item in items.items})
             state: EvalState = "completed" if self.result.models[0].state == "done" else "failed"
             self.write(state)
             return state
@@ -176,18 +179,24 @@ class EvalWorker:
             outcomes_file=str(path),
         )
 
-    def _compare(self, items: HeldOutSet) -> None:
+    def _compare(self, answers: dict[str, str]) -> None:
         trained = self.spec.models[0]
         mine = self.outcomes.get(trained.id)
         if mine is None:
             return
-        answers = {item.id: item.answer for item in items.items}
         done = {c.against for c in self.result.comparisons}
         comparisons = list(self.result.comparisons)
         for other in self.spec.models[1:]:
+            mine = self.outcomes[trained.id]
             theirs = self.outcomes.get(other.id)
             if theirs is None or other.id in done:
                 continue
+            # Paired by item id (an environment's own evaluate() may report its items in any order).
+            by_id = {o.item: o for o in theirs}
+            pairs = [(m, by_id[m.item]) for m in mine if m.item in by_id]
+            if not pairs:
+                continue
+            mine, theirs = [m for m, _ in pairs], [o for _, o in pairs]
             stats = paired_comparison(
                 [o.score for o in theirs],
                 [o.score for o in mine],
@@ -225,6 +234,87 @@ class EvalWorker:
             )
         self.result = self.result.model_copy(update={"comparisons": comparisons})
         self.write()
+
+    # -- an environment's own evaluate() ----------------------------------------------------
+    def _run_own_evaluate(self) -> EvalState:
+        """Each model served on 127.0.0.1 in turn, the environment's evaluate() run against it
+        (mcp_rl.evaluation.env_eval); its per-item samples are the outcomes compared."""
+        for index, model in enumerate(self.spec.models):
+            if self.stop.is_set():
+                raise Cancelled
+            self._evaluate_own(index, model)
+            self._compare({})
+        state: EvalState = "completed" if self.result.models[0].state == "done" else "failed"
+        self.write(state)
+        return state
+
+    def _evaluate_own(self, index: int, model: EvalModel) -> None:
+        # the run folder's reader and the served sampler: only this kind of evaluation needs them
+        from mcp_rl.evaluation.env_eval import run_environment_evaluate
+        from mcp_rl.ports import allocate_ports
+        from mcp_rl.trainer.batcher import batching_sampler
+        from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+
+        began = time.monotonic()
+        self._progress(index, state="running")
+        env = self.spec.environment
+        sampler = None
+        server = None
+        try:
+            if model.kind != "local":
+                raise RuntimeError(f"{model.kind} models cannot serve an environment's own evaluate() yet")
+            sampler = batching_sampler(self._local_sampler(model), self.settings)
+            (port,) = allocate_ports(1)
+            server = ServerThread(
+                build_app(InferenceService(sampler), sampling_concurrency=sampler.max_requests), "127.0.0.1", port
+            )
+            server.start()
+            result = run_environment_evaluate(
+                file_path=env.file_path,
+                class_name=env.class_name,
+                project_root=env.project_root,
+                run_yaml={"env": self.spec.env_config, "openai": self.spec.openai},
+                base_url=f"http://127.0.0.1:{port}/v1",
+                out_dir=self.dir / "env" / model.slug,
+                child_env=self.settings.child_env(),
+                model_name=model.id,
+                timeout_s=DEFAULT_TIMEOUT_S,
+            )
+            if not result.outcomes:
+                raise RuntimeError(
+                    "the environment's evaluate() reported no per-item samples with a score (only "
+                    f"{result.score_key}={result.score}); pass samples to self.evaluate_log(metrics, samples=...) "
+                    "to compare a checkpoint item by item"
+                )
+        except Exception as exc:
+            log.warning("model %s failed", model.id, exc_info=True)
+            self._progress(index, state="failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        finally:
+            if server is not None:
+                server.stop()
+            if sampler is not None:
+                sampler.close()
+            del sampler
+            gc.collect()
+        outcomes = result.outcomes
+        path = self.dir / OUTCOMES_DIR / f"{model.slug}.jsonl"
+        write_outcomes(path, outcomes)
+        self.outcomes[model.id] = outcomes
+        n = len(outcomes)
+        if self.result.items != n:
+            models = [m.model_copy(update={"total": n}) for m in self.result.models]
+            held_out = f"{n} items of the environment's own evaluate() (its eval split)"
+            self.result = self.result.model_copy(update={"items": n, "held_out": held_out, "models": models})
+        self._progress(
+            index,
+            state="done",
+            done=n,
+            total=n,
+            score=sum(o.score for o in outcomes) / n,
+            seconds=round(time.monotonic() - began, 2),
+            outcomes_file=str(path),
+        )
 
     # -- sampling --------------------------------------------------------------------------
     def _complete(self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]) -> list[str]:

@@ -90,6 +90,41 @@ def install_for_run(mode: str, env_args: Sequence[str]) -> Path | None:
     return path
 
 
+def install_for_evaluate(cls: Any, mode: str, env_args: Sequence[str]) -> Path | None:
+    """Atropos's `evaluate` mode started by mcp-rl (mcp_rl.evaluation.env_eval, its config
+    `evaluate.yaml` in the evaluation's folder): what the environment logs through wandb_log, and
+    a `self.eval_metrics` list of (name, value) it leaves for the next wandb_log (which evaluate
+    mode never calls), are appended to that folder's capture file. Returns it, or None."""
+    # the constants live with the reader; it imports nothing heavy
+    from mcp_rl.evaluation.env_eval import CAPTURED_FILE, CONFIG_FILE
+
+    config = _option(env_args, "--config")
+    if mode != "evaluate" or config is None or Path(config).name != CONFIG_FILE:
+        return None
+    path = Path(config).resolve().parent / CAPTURED_FILE
+    install(path)
+    original = cls.evaluate
+    if getattr(original, _MARK, False):
+        return path
+
+    async def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await original(self, *args, **kwargs)
+        pending = getattr(self, "eval_metrics", None)
+        try:
+            if isinstance(pending, dict):
+                append_metrics(path, getattr(self, "curr_step", 0), pending)
+            elif isinstance(pending, list):
+                pairs = [p for p in pending if isinstance(p, tuple | list) and len(p) == 2]
+                append_metrics(path, getattr(self, "curr_step", 0), {str(k): v for k, v in pairs})
+        except OSError as exc:
+            log.warning("could not record evaluation metrics to %s: %s", path, exc)
+        return result
+
+    setattr(evaluate, _MARK, True)
+    cls.evaluate = evaluate
+    return path
+
+
 def _option(args: Sequence[str], name: str) -> str | None:
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from mcp_rl.costs.summary import RunCost, add_billed, run_cost
 from mcp_rl.costs.tinker_billing import billed_for_run
 from mcp_rl.errors import NotFound, UnknownId, clip, clip_message
+from mcp_rl.evaluation.held_out_note import held_out_note
 from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.signal import LearningSignal, learning_signal
@@ -70,6 +71,10 @@ class RunResults(BaseModel):
         None,
         description="The latest steps' learning signal (groups with no signal, answers trained on, reward spread), "
         "with a warning and advice when most groups carried none for several steps.",
+    )
+    held_out_note: str | None = Field(
+        None,
+        description="Why held_out is null and exactly what to do about it (None when held_out is given).",
     )
     history: list[HistoryPoint] = Field(
         default_factory=list, description=f"At most {store.MAX_HISTORY_POINTS} steps incl. first and last."
@@ -206,6 +211,9 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         metrics_uri=f"rl://runs/{run_id}/metrics",
         log_uris={name: f"rl://runs/{run_id}/logs/{name}" for name in ("trainer", "env", "api", "supervisor")},
     )
+    if results.held_out is None:
+        ended = results.state in ("completed", "failed", "stopped", "unknown")
+        results.held_out_note = held_out_note(run_dir, ended)
     notes.extend(store.damage_report(run_dir))
     if not table.rows:
         notes.append("No training step has been logged yet.")

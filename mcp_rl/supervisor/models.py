@@ -104,6 +104,9 @@ class RunStatus(BaseModel):
         description="Did it learn? The base (first evaluation) against the latest evaluation on the same held-out "
         "items: scores, difference with its 95 % interval, p of the paired test, and one sentence.",
     )
+    held_out_note: str | None = Field(
+        default=None, description="Why held_out is null and exactly what to do about it (None when it is given)."
+    )
     wandb_project: str | None = None
     wandb_run_name: str | None = None
     wandb_url: str | None = None

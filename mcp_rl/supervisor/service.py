@@ -23,6 +23,7 @@ from mcp_rl import processes
 from mcp_rl.config import RunOptions, Session, build_run_config, resolve_run_options
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UnknownId, UserError, clip
+from mcp_rl.evaluation.held_out_note import held_out_note
 from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.signal import WINDOW_STEPS as SIGNAL_WINDOW_STEPS
@@ -377,6 +378,7 @@ def short_status(full: RunStatus, wait: float, why: str) -> RunStatus:
         held_out=full.held_out,
         environment_errors=full.environment_errors,
         learning_signal=full.learning_signal,
+        held_out_note=full.held_out_note,
         rate_limited=True,
         next_check_in_seconds=round(wait, 1),
         wandb_project=full.wandb_project,
@@ -431,6 +433,7 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         trainer_phase=status.get("phase"),
         metrics=metrics,
         held_out=held_out,
+        held_out_note=held_out_note(run_dir, run.state in TERMINAL_STATES) if held_out is None else None,
         wandb_project=run.wandb_project,
         wandb_run_name=run.wandb_run_name,
         wandb_url=status.get("wandb_url") or run.wandb_url,

@@ -65,7 +65,18 @@ def test_environment_without_held_out_items(settings: Settings, tmp_path: Path) 
         }
     )
     toy.dump(config.paths.run_dir / "run.yaml")
-    _refused(settings, NoHeldOutItems, "'toy' has no held-out items", "r1")
+    _refused(settings, NoHeldOutItems, r"'toy' \(Toy in /x/toy.py\) has no evaluate\(\) of its own", "r1")
+
+
+def test_environment_with_its_own_evaluate_only_against_its_base(settings: Settings, tmp_path: Path) -> None:
+    config = _with_checkpoint(settings, "r1", _model(tmp_path))
+    source = tmp_path / "own.py"
+    source.write_text("class Own(BaseEnv):\n    async def evaluate(self):\n        pass\n", encoding="utf-8")
+    own = config.model_copy(
+        update={"environment": EnvironmentRef(name="own", class_name="Own", file_path=source, project_root=tmp_path)}
+    )
+    own.dump(config.paths.run_dir / "run.yaml")
+    _refused(settings, UserError, "only a local run's checkpoint against its base", "r1", None, ["run:r1@2"])
 
 
 def test_openrouter_ids_need_the_key_and_must_exist(home: Path, tmp_path: Path) -> None:

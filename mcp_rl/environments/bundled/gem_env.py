@@ -640,6 +640,21 @@ class GemEnv(BaseEnv):
             "eval/turns_per_episode": sum(len(e.turns) for e in episodes) / len(episodes),
             "eval/seconds": time.time() - start,
         }
+        # Per seed, for mcp-rl's held-out figures (mcp_rl.evaluation.env_eval runs this evaluate()
+        # against the base and the trained weights and pairs the games by seed); Atropos writes
+        # them only when data_dir_to_save_evals is set.
+        if self.config.data_dir_to_save_evals:
+            samples = [
+                {
+                    "id": f"seed-{episode.seed}",
+                    "score": success,
+                    "return": sum(episode.rewards),
+                    "turns": len(episode.turns),
+                    "response": episode.turns[-1].action_text if episode.turns else "",
+                }
+                for episode, success in zip(episodes, successes, strict=True)
+            ]
+            await self.evaluate_log(metrics=dict(self._eval_metrics), samples=samples, verbose=False)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = {} if wandb_metrics is None else wandb_metrics

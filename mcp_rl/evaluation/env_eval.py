@@ -1,0 +1,352 @@
+"""An Atropos environment's own evaluate() as held-out proof: the environment, unchanged, run in
+Atropos's `evaluate` mode (`setup()` then `evaluate()`) in a child process against a model
+served over HTTP (the trainer's inference server during a run; a checkpoint served by the
+evaluation worker afterwards), its results read back from what it reports.
+
+What an environment reports, in the order it is used:
+
+    per item   the `samples` it passes to `BaseEnv.evaluate_log(metrics, samples=...)` (Atropos
+               writes them to `samples.jsonl`): one dict per eval item with a score under one of
+               SCORE_KEYS (`score`, `correct`, `reward`, ...) and, to pair items across
+               evaluations, an id under one of ID_KEYS (`id`, `question`, `prompt`, ...) or its
+               `messages`. These give per-item outcomes and the paired test.
+    aggregate  the `metrics` it passes to evaluate_log, what it logs through `wandb_log`, and a
+               `self.eval_metrics` list of (name, value) left when evaluate() returns. The headline
+               is the first name matching HEADLINE_HINTS; n is the number of samples or an `n`-like
+               metric. These give an unpaired comparison only.
+
+The documented hook, for an environment that would rather hand mcp-rl its eval items than run
+its own evaluate(), is the same `samples` list: nothing from mcp-rl is imported either way.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mcp_rl.evaluation.outcomes import ItemOutcome
+from mcp_rl.processes import identify, spawn, stop_group
+from mcp_rl.rundir import read_jsonl
+
+SAMPLES_FILE = "samples.jsonl"  # BaseEnv.evaluate_log writes these two into data_dir_to_save_evals
+METRICS_FILE = "metrics.json"
+CAPTURED_FILE = "captured_metrics.jsonl"  # the runner's evaluate mode: wandb_log calls, eval_metrics
+CONFIG_FILE = "evaluate.yaml"
+LOG_FILE = "evaluate.log"
+# A score per sample, under the first of these names every sample carries (a bool counts as 0/1).
+SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "passed", "success")
+# An id per sample (to pair items across evaluations), under the first of these every sample has
+# with distinct values; else the prompt text of its `messages`; else its position.
+ID_KEYS = ("id", "item_id", "uid", "idx", "index", "question", "prompt", "problem", "input", "query")
+COMPLETION_KEYS = ("completion", "response", "model_response", "output", "generation", "answer_text")
+# The headline of an aggregate-only evaluation: the first metric whose name holds one of these.
+HEADLINE_HINTS = ("percent_correct", "accuracy", "acc", "pass", "success", "score", "reward", "correct")
+N_KEYS = ("n", "eval/n", "num_samples", "eval/num_samples", "total", "eval/total", "count")
+DEFAULT_TIMEOUT_S = 1800.0
+GEM_ENV_FILE = "gem_env.py"  # the bundled GEM environment
+STOP_GRACE_S = 5.0
+
+
+class EnvEvaluateError(RuntimeError):
+    """The environment's evaluate() failed or reported nothing usable (the message says which)."""
+
+
+def defines_evaluate(file_path: Path, class_name: str) -> bool | None:
+    """Whether the class (or a base defined in the same file) overrides evaluate(), read from
+    the source without importing it. None: a base from elsewhere may define it (unknown)."""
+    try:
+        tree = ast.parse(Path(file_path).read_text(encoding="utf-8"))
+    except OSError:
+        return False  # no file, nothing to run
+    except (SyntaxError, UnicodeDecodeError):
+        return None
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    seen: set[str] = set()
+    todo = [class_name]
+    unknown = False
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = classes.get(name)
+        if node is None:
+            if name not in ("BaseEnv", "object"):
+                unknown = True
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == "evaluate":
+                return True
+        for base in node.bases:
+            if isinstance(base, ast.Name):
+                todo.append(base.id)
+            elif isinstance(base, ast.Attribute):
+                todo.append(base.attr)
+    return None if unknown else False
+
+
+def uses_own_evaluate(name: str, file_path: Path, class_name: str) -> bool:
+    """Whether a run of this environment is evaluated by its own evaluate() (no items of ours):
+    an Atropos environment whose class defines one (a base class from another module that may
+    define it counts when the file uses atroposlib at all)."""
+    if name in ("arithmetic", "gsm8k") or Path(file_path).name == GEM_ENV_FILE:
+        return False  # GEM's seeds through its evaluate(): not yet proven in a run
+    found = defines_evaluate(file_path, class_name)
+    if found is None:
+        try:
+            return "atroposlib" in Path(file_path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return False
+    return found
+
+
+def what_to_add(name: str, class_name: str, file_path: Path) -> str:
+    """What an environment with no way to be evaluated needs, exactly."""
+    return (
+        f"environment {name!r} ({class_name} in {file_path}) has no evaluate() of its own and no held-out items "
+        "mcp-rl knows. Add an eval split (items never trained on) and, in the class, "
+        "`async def evaluate(self, *args, **kwargs)` that answers each eval item greedily through self.server and "
+        "ends with `await self.evaluate_log(metrics={'eval/percent_correct': accuracy}, samples=[{'id': <item id>, "
+        "'score': <0..1>, 'response': <text>}, ...])` (one sample per item; nothing to import from mcp-rl). mcp-rl "
+        "then runs it against the base before step 1 and the trained model after the last step, pairs the items by "
+        "id for McNemar's test, and rl_evaluate_checkpoint uses it too."
+    )
+
+
+@dataclass
+class EnvEvaluation:
+    """What one run of the environment's evaluate() reported."""
+
+    outcomes: list[ItemOutcome] | None  # per item, when its samples carry scores
+    score: float | None  # the mean of the outcomes, else the headline metric
+    score_key: str | None  # which metric (or sample field) the score is
+    n: int | None  # items evaluated, when known
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    paired_by: str | None = None  # how items are matched across evaluations (an ID_KEYS name...)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "score_key": self.score_key,
+            "n": self.n,
+            "per_item": self.outcomes is not None,
+            "paired_by": self.paired_by,
+            "metrics": self.metrics,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def evaluate_config(
+    run_yaml: Mapping[str, Any], out_dir: Path, base_url: str, model_name: str | None
+) -> dict[str, Any]:
+    """The `evaluate` mode's YAML: the run's env section (its eval results into `out_dir`, no
+    W&B) and its server list pointed at `base_url`."""
+    env = dict(run_yaml.get("env") or {})
+    env["data_dir_to_save_evals"] = str(out_dir)
+    env["use_wandb"] = False
+    servers = []
+    for server in run_yaml.get("openai") or [{}]:
+        updated = dict(server, base_url=base_url)
+        if model_name:
+            updated["model_name"] = model_name
+        servers.append(updated)
+    return {"env": env, "openai": servers}
+
+
+def run_environment_evaluate(
+    *,
+    file_path: Path,
+    class_name: str,
+    project_root: Path,
+    run_yaml: Mapping[str, Any],
+    base_url: str,
+    out_dir: Path,
+    child_env: Mapping[str, str],
+    model_name: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> EnvEvaluation:
+    """Run the environment's evaluate() against `base_url` (blocking, up to `timeout_s`) and read
+    what it reported. Raises EnvEvaluateError with the cause (its log's tail) when it fails."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in (SAMPLES_FILE, METRICS_FILE, CAPTURED_FILE):
+        (out_dir / name).unlink(missing_ok=True)  # a retried evaluation never reads an older one
+    config_path = out_dir / CONFIG_FILE
+    config_path.write_text(yaml.safe_dump(evaluate_config(run_yaml, out_dir, base_url, model_name)), encoding="utf-8")
+    argv = [
+        sys.executable,
+        "-m",
+        "mcp_rl.environments.runner",
+        str(file_path),
+        class_name,
+        "--project-root",
+        str(project_root),
+        "evaluate",
+        "--config",
+        str(config_path),
+    ]
+    began = time.monotonic()
+    log_path = out_dir / LOG_FILE
+    proc = spawn(argv, log_path, child_env, cwd=project_root)
+    ident = identify(proc.pid)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_group(proc.pid, ident.pgid if ident else proc.pid, ident.create_time if ident else None, STOP_GRACE_S)
+        raise EnvEvaluateError(
+            f"the environment's evaluate() did not finish in {timeout_s:.0f} s (stopped); see {log_path}"
+        ) from None
+    seconds = time.monotonic() - began
+    if code != 0:
+        raise EnvEvaluateError(f"the environment's evaluate() exited with code {code}: {_tail(log_path)}")
+    result = read_evaluation(out_dir)
+    result.seconds = seconds
+    return result
+
+
+def _tail(path: Path, chars: int = 600) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return f"(no log at {path})"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-6:])[-chars:] or f"(empty log {path})"
+
+
+def read_evaluation(out_dir: Path) -> EnvEvaluation:
+    """What an evaluate() run wrote into `out_dir` (raises EnvEvaluateError when nothing usable)."""
+    samples = [row for row in read_jsonl(out_dir / SAMPLES_FILE).rows if isinstance(row, dict)]
+    metrics = _reported_metrics(out_dir)
+    outcomes, key, paired_by = per_item_outcomes(samples)
+    if outcomes:
+        scores = [o.score for o in outcomes]
+        return EnvEvaluation(
+            outcomes=outcomes,
+            score=sum(scores) / len(scores),
+            score_key=key,
+            n=len(outcomes),
+            metrics=metrics,
+            paired_by=paired_by,
+        )
+    headline = headline_metric(metrics)
+    if headline is None:
+        raise EnvEvaluateError(
+            "the environment's evaluate() reported no score: pass per-item `samples` (each with a `score`) "
+            "and `metrics` to self.evaluate_log(...), or append ('eval/percent_correct', value) to self.eval_metrics"
+        )
+    n = len(samples) or _n_metric(metrics)
+    return EnvEvaluation(outcomes=None, score=metrics[headline], score_key=headline, n=n, metrics=metrics)
+
+
+def _reported_metrics(out_dir: Path) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for row in read_jsonl(out_dir / CAPTURED_FILE).rows:
+        metrics.update(_numbers(row))
+    try:
+        data = json.loads((out_dir / METRICS_FILE).read_text(encoding="utf-8"))
+        metrics.update(_numbers(((data.get("results") or {}).get("all")) or {}))
+    except (OSError, ValueError, AttributeError):
+        pass
+    for key in ("step", "time"):
+        metrics.pop(key, None)
+    return metrics
+
+
+def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(float(value)):
+            out[str(key)] = float(value)
+    return out
+
+
+def headline_metric(metrics: Mapping[str, float]) -> str | None:
+    """The metric that stands for the evaluation: eval-named ones first, by HEADLINE_HINTS."""
+    names = [k for k in metrics if k not in N_KEYS and "seconds" not in k and "time" not in k]
+    for pool in ([k for k in names if "eval" in k.lower()], names):
+        for hint in HEADLINE_HINTS:
+            for name in pool:
+                if hint in name.lower():
+                    return name
+    return None
+
+
+def _n_metric(metrics: Mapping[str, float]) -> int | None:
+    for key in N_KEYS:
+        value = metrics.get(key)
+        if value is not None and value >= 1 and float(value).is_integer():
+            return int(value)
+    return None
+
+
+def _score(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(float(value)):
+        return float(value)
+    return None
+
+
+def _prompt_text(messages: Any) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return None
+    parts = [m for m in messages if isinstance(m, dict)]
+    while parts and parts[-1].get("role") == "assistant":
+        parts = parts[:-1]
+    text = "\n".join(f"{m.get('role')}: {m.get('content')}" for m in parts)
+    return text or None
+
+
+def _completion(row: Mapping[str, Any]) -> str:
+    for key in COMPLETION_KEYS:
+        if isinstance(row.get(key), str):
+            return str(row[key])
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        if messages[-1].get("role") == "assistant":
+            return str(messages[-1].get("content") or "")
+    return ""
+
+
+def per_item_outcomes(samples: list[dict[str, Any]]) -> tuple[list[ItemOutcome] | None, str | None, str | None]:
+    """(outcomes, score field, id field) of an environment's samples; (None, None, None) when they
+    carry no common score field."""
+    if not samples:
+        return None, None, None
+    key = next((k for k in SCORE_KEYS if all(_score(row.get(k)) is not None for row in samples)), None)
+    if key is None:
+        return None, None, None
+    ids: list[str] | None = None
+    paired_by: str | None = None
+    for name in ID_KEYS:
+        values = [row.get(name) for row in samples]
+        if all(v is not None and not isinstance(v, dict | list) for v in values):
+            texts = [str(v)[:300] for v in values]
+            if len(set(texts)) == len(texts):
+                ids, paired_by = texts, name
+                break
+    if ids is None:
+        prompts = [_prompt_text(row.get("messages")) for row in samples]
+        if all(prompts) and len(set(prompts)) == len(prompts):
+            ids = ["prompt-" + hashlib.sha1(str(p).encode()).hexdigest()[:16] for p in prompts]
+            paired_by = "messages"
+    if ids is None:
+        ids, paired_by = [f"item-{i}" for i in range(len(samples))], "position"
+    outcomes = [
+        ItemOutcome(item=item, score=float(_score(row.get(key)) or 0.0), completion=_completion(row))
+        for item, row in zip(ids, samples, strict=True)
+    ]
+    return outcomes, key, paired_by
