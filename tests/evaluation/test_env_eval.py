@@ -7,7 +7,10 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +165,69 @@ def test_held_out_null_always_has_a_reason(home: Path) -> None:
     assert "does not run for GEM yet" in held_out_note(no_games, ended=True)
     (counting / "run.yaml").write_text("{not yaml", encoding="utf-8")
     assert "run.yaml cannot be read" in held_out_note(counting, ended=True)
+
+
+class Chooser:
+    """A Sampler answering "Which is larger, a or b?" with the larger number, or the first."""
+
+    model_name = "chooser"
+
+    def __init__(self, right: bool) -> None:
+        from tests.evaluation.test_trainer_eval import CharTokenizer
+
+        self.tokenizer = CharTokenizer()
+        self.right = right
+
+    def sample(self, request: Any) -> list[Any]:
+        from mcp_rl.trainer.backends.base import SampledSequence
+
+        numbers = [int(x) for x in re.findall(r"\d+", self.tokenizer.decode(request.prompt_tokens))]
+        answer = max(numbers) if self.right else numbers[0]
+        tokens = self.tokenizer.encode(str(answer))
+        return [SampledSequence(tokens=tokens, logprobs=[0.0] * len(tokens), finish_reason="stop")] * request.n
+
+
+@pytest.mark.slow
+def test_the_environments_own_evaluate_runs_unchanged_against_a_served_model(
+    tmp_path: Path, default_model: Path
+) -> None:
+    from mcp_rl.evaluation.env_eval import run_environment_evaluate
+    from mcp_rl.ports import allocate_ports
+    from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
+
+    fixture = FIXTURES / "own_eval" / "larger_number.py"
+    results = {}
+    for right in (False, True):
+        (port,) = allocate_ports(1)
+        server = ServerThread(build_app(InferenceService(Chooser(right))), "127.0.0.1", port)
+        server.start()
+        try:
+            results[right] = run_environment_evaluate(
+                file_path=fixture,
+                class_name="LargerNumberEnv",
+                project_root=fixture.parent,
+                run_yaml={
+                    "env": {"eval_size": 12, "tokenizer_name": str(default_model)},
+                    "openai": [
+                        {
+                            "model_name": "m",
+                            "base_url": "x",
+                            "api_key": "x",
+                            "server_type": "sglang",
+                            "tokenizer_name": str(default_model),
+                        }
+                    ],
+                },
+                base_url=f"http://127.0.0.1:{port}/v1",
+                out_dir=tmp_path / f"eval-{right}",
+                child_env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+                timeout_s=300,
+            )
+        finally:
+            server.stop()
+    wrong, right_ = results[False], results[True]
+    assert right_.outcomes is not None and wrong.outcomes is not None
+    assert right_.n == wrong.n == 12 and right_.paired_by == "question"
+    assert right_.score == 1.0 and 0.0 <= wrong.score < 1.0
+    assert [o.item for o in right_.outcomes] == [o.item for o in wrong.outcomes]
+    assert right_.metrics["eval/percent_correct"] == 1.0  # its evaluate_log metrics, read back
