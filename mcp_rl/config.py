@@ -415,9 +415,11 @@ def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> Cu
         for f in spec.fields
         if f.name not in locked.env
     ]
+    # A field is locked or editable, never both: those a run option sets are listed as run options.
     locked_list = [
         LockedField(name=name, locked_value=value, description=_field_description(spec, name))
         for name, value in locked.env.items()
+        if name not in RUN_OPTION_NAMES
     ] + [LockedField(name=f"openai.{name}", locked_value=value) for name, value in locked.openai.items()]
     option_list = [
         ConfigurableField(
@@ -444,8 +446,26 @@ def current_config(settings: Settings, session: Session, spec: ConfigSpec) -> Cu
             "are set by the infrastructure ('derived' ones when the run starts). Shorter runs: lower "
             "total_steps; group_size must divide batch_size."
         ),
-        notes=session.notes + edit_notes,
+        notes=session.notes + edit_notes + _replaced_by_run_options(spec, session.run_options, options),
     )
+
+
+def _replaced_by_run_options(spec: ConfigSpec, edited: dict[str, Any], options: RunOptions) -> list[str]:
+    """Where a value the environment's config_init set is replaced by a run option, say so and
+    how to keep it (the run option decides what the trainer and the API use)."""
+    notes = []
+    for field in spec.fields:
+        if field.name not in RUN_OPTION_NAMES or field.name in edited:
+            continue
+        ours = getattr(options, field.name)
+        # Only what config_init chose itself (not the config class's default) is the environment's.
+        if field.initial is not None and field.initial != field.default and field.initial != ours:
+            notes.append(
+                f"The environment's config_init sets {field.name}={field.initial!r}; the run uses the run option "
+                f"{field.name}={ours!r} (the backend's default, which the trainer and the API follow). To keep the "
+                f"environment's value: rl_edit_config({field.name!r}, {field.initial!r})."
+            )
+    return notes
 
 
 def _field_description(spec: ConfigSpec, name: str) -> str:

@@ -399,3 +399,26 @@ def test_the_arithmetic_config_class_refuses_min_above_max_at_edit_time(home: Pa
     assert one_shot.worker is None
     with pytest.raises(UserError, match=r"min_operand \(31\) must not exceed max_operand \(30\)"):
         one_shot.edit("min_operand", 31)
+
+
+def test_a_field_is_locked_or_editable_never_both(service):
+    current = service.current()
+    locked = {f.name for f in current.locked_fields}
+    options = {o.name for o in current.run_options}
+    assert {"total_steps", "batch_size"} <= options and not locked & options
+    assert not set(service.locked()["env"]) & options
+
+
+def test_a_value_config_init_set_that_a_run_option_replaces_is_named(service):
+    session = service.store.read()
+    spec = service.selected()[1]
+    # As the bundled arithmetic does: config_init sets batch_size (the class default is -1).
+    field = FieldSpec(name="batch_size", type="integer", default=-1, initial=48, json_schema={"type": "integer"})
+    spec = spec.model_copy(update={"fields": [*spec.fields, field]})
+    current = config.current_config(service.settings, session, spec)
+    (note,) = [n for n in current.notes if "batch_size" in n]
+    assert "config_init sets batch_size=48; the run uses the run option batch_size=" in note
+    assert "rl_edit_config('batch_size', 48)" in note
+    service.edit("batch_size", 48)
+    edited = config.current_config(service.settings, service.store.read(), spec)
+    assert not [n for n in edited.notes if "batch_size" in n]

@@ -232,7 +232,9 @@ class EnvironmentService:
         fields = config.locked_fields(backend)
         return {
             "backend": backend,
-            "env": fields.env,
+            # Those a run option sets are editable (rl_edit_config), so not listed as locked.
+            "env": {k: v for k, v in fields.env.items() if k not in config.RUN_OPTION_NAMES},
             "openai": fields.openai,
-            "note": "'derived' values are set when a run starts.",
+            "note": "'derived' values are set when a run starts. Run options (total_steps, batch_size, ...) are "
+            "edited with rl_edit_config.",
         }
