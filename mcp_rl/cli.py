@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     from mcp_rl.settings import Settings
 
 
+def client_went_away(exc: BaseException) -> bool:
+    """A broken pipe on stdout, alone or as the only errors of an exception group (the SDK's
+    stdio writer raises it inside a task group)."""
+    if isinstance(exc, BrokenPipeError):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(client_went_away(e) for e in exc.exceptions)
+    return False
+
+
 def _serve(args: argparse.Namespace) -> int:
     # Start-up is what a host waits for (mcp_rl.fast_start says what is skipped until built).
     fast_start.begin()
@@ -39,7 +49,16 @@ def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         server = build_server()
         fast_start.done()
-        server.run()
+        try:
+            server.run()
+        except BaseException as exc:
+            if not client_went_away(exc):
+                raise
+            # The host closed its end (it exited or was killed): nothing to report to it, and
+            # no traceback for the person reading stderr. Python's own flush of stdout at exit
+            # would fail the same way, so stdout points nowhere from here on.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print("mcp-rl: the client closed the connection; the server exits.", file=sys.stderr)
         return 0
     from mcp_rl.http_serve import serve_http  # the HTTP stack: only for --transport http
 
