@@ -106,8 +106,13 @@ def chat_prompt_tokens(tokenizer: Any, messages: list[dict[str, Any]]) -> list[i
 class InferenceService:
     """The endpoint logic, independent of the web framework (unit-testable)."""
 
-    def __init__(self, sampler: Sampler, *, ready: threading.Event | None = None) -> None:
+    def __init__(
+        self, sampler: Sampler, *, ready: threading.Event | None = None, only_model: str | None = None
+    ) -> None:
         self.sampler = sampler
+        # Set when serving one named model (mcp-rl serve-model, a served checkpoint): a request
+        # naming another one is refused, not answered by this model under that name.
+        self.only_model = only_model
         self._ids = itertools.count(1)
         # The trainer sets this once its model is loaded (and resumed); /health reports it.
         self.ready = ready or threading.Event()
@@ -351,6 +356,12 @@ def build_app(service: InferenceService, *, extra_health: Any = None, sampling_c
     async def _run(fn: Any, req: Any, request: Request) -> Any:
         if not service.ready.is_set():
             raise HTTPException(status_code=503, detail="model not loaded yet")
+        asked = getattr(req, "model", None)
+        if service.only_model is not None and asked and asked != service.only_model:
+            raise HTTPException(
+                status_code=404,
+                detail=f"model {asked!r} is not served here; this server serves {service.only_model!r} (GET /v1/models)",
+            )
         # At most `sampling_concurrency` samples at once (one for a local model: it is serialised
         # anyway); a request whose client gave up while queued is skipped: Atropos cancels its
         # workers whenever its queue is full, and sampling for nobody would steal the CPU from

@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         backend.model_name = args.served_name
     # As in a run: requests that arrive together (a smoke test's parallel groups) are one batch.
     sampler = batching_sampler(backend, settings)
-    app = build_app(InferenceService(sampler), sampling_concurrency=sampler.max_requests)
+    # With a served name (a checkpoint, mcp-rl serve-model) requests for any other model are refused.
+    service = InferenceService(sampler, only_model=args.served_name)
+    app = build_app(service, sampling_concurrency=sampler.max_requests)
     # uvicorn in the main thread handles SIGTERM/SIGINT itself and exits cleanly.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off")
     return 0
