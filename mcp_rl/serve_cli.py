@@ -84,7 +84,8 @@ def _emit(as_json: bool, fields: dict[str, Any]) -> int:
         print(json.dumps(fields), flush=True)
     else:
         for key, value in fields.items():
-            print(f"{key}: {value}", flush=True)
+            if value not in (None, ""):  # an empty `note:` line says nothing
+                print(f"{key}: {value}", flush=True)
     return 0
 
 
