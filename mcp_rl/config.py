@@ -298,11 +298,22 @@ class SessionStore:
         self._path.replace(aside)
         return aside
 
+    def _kept_aside_note(self) -> list[str]:
+        """No session.json, but a damaged one was kept aside: the read that repaired it may have been
+        another call's (a server's start-up), so every read until the next selection says so."""
+        kept = sorted(self._path.parent.glob("session.damaged-*.json"), key=lambda p: p.name)
+        if not kept:
+            return []
+        return [
+            f"session.json was damaged and kept as {kept[-1]}; a fresh session started. "
+            "Select an environment again with rl_select_environment."
+        ]
+
     def _read_unlocked(self) -> Session:
         try:
             raw = self._path.read_bytes()
         except FileNotFoundError:
-            return Session()
+            return Session(notes=self._kept_aside_note())
         except OSError as exc:  # a directory, unreadable, ...
             aside = self._keep_aside()
             return Session(
