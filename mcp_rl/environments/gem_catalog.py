@@ -30,7 +30,7 @@ GEM_ENV_FILE = "gem_env.py"
 GEM_ENV_CLASS = "GemEnv"
 INSTALL_HINT = "pip install 'mcp-rl[gem]' (or pip install gem-llm)"
 # Bump when the child's output format changes, so stale cache entries are not trusted.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: rg: ids are mcp-rl's reasoning-gym environment
 EXAMPLES_PER_GROUP = 3
 
 

@@ -14,9 +14,14 @@ from mcp_rl.environments.discovery import Catalog, EnvironmentInfo, ScanCache, s
 from mcp_rl.environments.gem_catalog import GemCatalog
 from mcp_rl.environments.introspect import ConfigSpec, read_config_spec
 from mcp_rl.environments.introspect_worker import IntrospectionWorker
+from mcp_rl.environments.rg_spec import describe, parse_spec
 from mcp_rl.errors import NotSelected, UserError
 from mcp_rl.runconfig import EnvironmentRef
-from mcp_rl.settings import Settings
+from mcp_rl.settings import Settings, bundled_environments_dir
+
+# reasoning-gym ids: `rg:<dataset>` or a mixture `rg:a=0.7,b=0.3` (the bundled environment's spec).
+RG_PREFIX = "rg:"
+RG_ENV_FILE = "reasoning_gym_env.py"
 
 
 class SelectResult(BaseModel):
@@ -102,6 +107,8 @@ class EnvironmentService:
 
     def _gem_environment(self, gem_id: str, catalog: Catalog) -> EnvironmentInfo:
         """A GEM id as a virtual entry: the bundled gem environment with `env_id` preset."""
+        if gem_id.startswith(RG_PREFIX):
+            return self._reasoning_gym(gem_id, catalog)
         gem = self.gem()
         entry = gem.get(gem_id)
         if entry is None:
@@ -118,6 +125,35 @@ class EnvironmentService:
                 "qualified_name": None,
                 "description": f"GEM {entry.description}.{needs}",
                 "preset": {"env_id": gem_id},
+            }
+        )
+
+    def _reasoning_gym(self, spec: str, catalog: Catalog) -> EnvironmentInfo:
+        """`rg:<dataset>` or a mixture `rg:a=0.7,b=0.3`: the bundled reasoning-gym environment
+        with `datasets` preset (every dataset checked against reasoning-gym's registry)."""
+        try:
+            weights = parse_spec(spec)
+        except ValueError as exc:
+            raise UserError(f"{spec!r}: {exc}.") from None
+        listing = self.gem()
+        for name in weights:
+            if listing.get(f"{RG_PREFIX}{name}") is None:
+                raise gem_catalog.unknown_gem_id(f"{RG_PREFIX}{name}", listing)
+        bundled = (bundled_environments_dir() / RG_ENV_FILE).resolve()
+        base = next((e for e in catalog.environments if e.file_path == bundled), None)
+        if base is None:
+            raise UserError(f"The bundled reasoning-gym environment {bundled} is missing; reinstall mcp-rl.")
+        datasets = ",".join(f"{n}={w:g}" for n, w in weights.items()) if len(weights) > 1 else next(iter(weights))
+        name = f"{RG_PREFIX}{datasets}"
+        slow = [n for n in weights if "Slow to generate" in (listing.get(f"{RG_PREFIX}{n}") or base).description]
+        note = f" Slow to generate: {', '.join(slow)}." if slow else ""
+        return base.model_copy(
+            update={
+                "name": name,
+                "select_name": name,
+                "qualified_name": None,
+                "description": f"{describe(datasets)} (held out: seeds from 1e9, never trained on).{note}",
+                "preset": {"datasets": datasets},
             }
         )
 

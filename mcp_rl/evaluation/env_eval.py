@@ -49,6 +49,8 @@ SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "pa
 # An id per sample (to pair items across evaluations), under the first of these every sample has
 # with distinct values; else the prompt text of its `messages`; else its position.
 ID_KEYS = ("id", "item_id", "uid", "idx", "index", "question", "prompt", "problem", "input", "query")
+# A label per sample (a mixture's dataset): held-out figures are also given per label.
+GROUP_KEYS = ("dataset", "group", "category", "task", "subset")
 COMPLETION_KEYS = ("completion", "response", "model_response", "output", "generation", "answer_text")
 # The headline of an aggregate-only evaluation: the first metric whose name holds one of these.
 HEADLINE_HINTS = ("percent_correct", "accuracy", "acc", "pass", "success", "score", "reward", "correct")
@@ -345,8 +347,14 @@ def per_item_outcomes(samples: list[dict[str, Any]]) -> tuple[list[ItemOutcome] 
             paired_by = "messages"
     if ids is None:
         ids, paired_by = [f"item-{i}" for i in range(len(samples))], "position"
+    group_key = next((k for k in GROUP_KEYS if all(isinstance(row.get(k), str) for row in samples)), None)
     outcomes = [
-        ItemOutcome(item=item, score=float(_score(row.get(key)) or 0.0), completion=_completion(row))
+        ItemOutcome(
+            item=item,
+            score=float(_score(row.get(key)) or 0.0),
+            completion=_completion(row),
+            group=row[group_key] if group_key else None,
+        )
         for item, row in zip(ids, samples, strict=True)
     ]
     return outcomes, key, paired_by

@@ -23,6 +23,7 @@ class ItemOutcome(BaseModel):
     item: str
     score: float
     completion: str = ""
+    group: str | None = None  # the item's label (a mixture's dataset), when the environment gives one
 
 
 def write_outcomes(path: Path, outcomes: list[ItemOutcome]) -> None:

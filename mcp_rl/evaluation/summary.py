@@ -30,6 +30,20 @@ class EvalPoint(BaseModel):
     n: int
 
 
+class GroupFigures(BaseModel):
+    """One label's items (a mixture's dataset): base -> latest, paired."""
+
+    group: str
+    n: int
+    base_score: float
+    trained_score: float
+    difference: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    test: str
+
+
 class HeldOutSummary(BaseModel):
     """Base -> trained on the same held-out items (every score a mean over the items)."""
 
@@ -53,6 +67,11 @@ class HeldOutSummary(BaseModel):
     wins: int | None = Field(None, description="Items the trained model got right (or better) and the base did not.")
     losses: int | None = Field(None, description="Items the base got right (or better) and the trained model did not.")
     sentence: str
+    groups: list[GroupFigures] = Field(
+        default_factory=list,
+        description="The same comparison per label of the items (a reasoning-gym mixture's datasets), when they "
+        "carry one.",
+    )
     evaluations: list[EvalPoint] = Field(
         default_factory=list,
         description=f"The run's evaluations by step (at most {MAX_POINTS}: first, last, evenly between).",
@@ -63,10 +82,12 @@ def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
     """None when the run has no held-out evaluation yet."""
     steps = _thin(evaluated_steps(run_dir))
     scores = {}
+    labels: dict[str, str] = {}
     for step in steps:
         outcomes = read_outcomes(eval_outcomes_file(run_dir, step))
         if outcomes:
             scores[step] = {o.item: o.score for o in outcomes}
+            labels.update({o.item: o.group for o in outcomes if o.group is not None})
     if not scores:
         return _aggregate_summary(run_dir)
     ordered = sorted(scores)
@@ -106,8 +127,35 @@ def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         wins=result.wins,
         losses=result.losses,
         sentence=result.sentence,
+        groups=_by_group(common, base, now, labels),
         evaluations=points,
     )
+
+
+def _by_group(
+    common: list[str], base: dict[str, float], now: dict[str, float], labels: dict[str, str]
+) -> list[GroupFigures]:
+    names = sorted({labels[i] for i in common if i in labels})
+    if len(names) < 2:
+        return []
+    out = []
+    for name in names:
+        items = [i for i in common if labels.get(i) == name]
+        r = paired_comparison([base[i] for i in items], [now[i] for i in items])
+        out.append(
+            GroupFigures(
+                group=name,
+                n=r.n,
+                base_score=r.base_score,
+                trained_score=r.trained_score,
+                difference=r.difference,
+                ci_low=r.ci_low,
+                ci_high=r.ci_high,
+                p_value=r.p_value,
+                test=r.test,
+            )
+        )
+    return out
 
 
 def _aggregate_summary(run_dir: Path) -> HeldOutSummary | None:

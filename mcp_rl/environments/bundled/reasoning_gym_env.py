@@ -1,0 +1,239 @@
+"""reasoning-gym (PyPI `reasoning-gym`): any of its procedural datasets, or a weighted mixture of
+them, as an environment: `rg:<dataset>` or `rg:<a>=<weight>,<b>=<weight>` selects it.
+
+Items are the datasets' own (question, answer, metadata), scored by the dataset's own
+`score_answer` on the text inside <answer>...</answer> (or the whole reply without tags).
+
+    training    dataset d's items of seeds `seed`, `seed + 1`, ... `seed + train_size - 1`
+                (reasoning-gym makes item i of a dataset with seed s from Random(s + i)); a
+                mixture draws each item's dataset by weight
+    held out    `held_out_size` items from seeds `held_out_seed` + i (default 1e9: a range training
+                never reaches, checked), split over a mixture's datasets by weight (at least one
+                each), and any whose question a training item also asks dropped from training
+
+evaluate() answers the held-out items greedily and reports one sample per item (its dataset
+included) through Atropos's evaluate_log: mcp-rl's trainer runs it before step 1 and after the
+last step, and pairs the items by id (mcp_rl.evaluation.env_eval); training and held-out
+figures are also given per dataset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from pydantic import Field, field_validator, model_validator
+
+from mcp_rl.environments.bundled.arithmetic import (
+    ArithmeticEnv,
+    default_tokenizer,
+    local_server_config,
+    scored_group,
+)
+from mcp_rl.environments.rg_spec import PREFIX, held_out_counts, parse_spec
+from mcp_rl.scored_data import groups_already_trained
+
+# The default system prompt: reasoning-gym's own "direct" prompt (answer inside the tags).
+SYSTEM_PROMPT = (
+    "Answer the question directly. Provide your answer between <answer> and </answer> tags. "
+    "Do not return any preamble, explanation, or reasoning."
+)
+
+
+def extract(completion: str) -> str:
+    """The answer inside the last <answer>...</answer>, else the whole reply, stripped."""
+    # reasoning_gym takes seconds to import: selecting this environment (its config) must not pay it
+    from reasoning_gym.utils import extract_answer
+
+    found = extract_answer(completion)
+    return (found if found is not None else completion).strip()
+
+
+class ReasoningGymConfig(BaseEnvConfig):
+    datasets: str = Field(
+        default="leg_counting",
+        description="A reasoning-gym dataset, or a weighted mixture 'a=0.7,b=0.3' "
+        "(rl_list_environments(filter='rg:') lists them with their parameters).",
+    )
+    params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Each dataset's own parameters, {dataset: {parameter: value}} (e.g. {'countdown': "
+        "{'min_numbers': 3}}); unset ones keep reasoning-gym's defaults.",
+    )
+    seed: int = Field(default=0, ge=0, description="First seed of the training items.")
+    train_size: int = Field(default=100_000, ge=1, le=100_000_000, description="Training seeds per dataset.")
+    held_out_size: int = Field(default=200, ge=1, le=10_000, description="Held-out items in all.")
+    held_out_seed: int = Field(
+        default=1_000_000_000, ge=0, description="First seed of the held-out items (past every training seed)."
+    )
+    max_new_tokens: int = Field(default=32, ge=1, le=4096, description="Tokens per answer.")
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="Sampling temperature of training.")
+    system_prompt: str = Field(default=SYSTEM_PROMPT, description="The system message of every item.")
+
+    @field_validator("datasets")
+    @classmethod
+    def _spec(cls, value: str) -> str:
+        parse_spec(value)
+        return value.strip().removeprefix(PREFIX)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> ReasoningGymConfig:
+        if self.seed + self.train_size > self.held_out_seed and self.held_out_seed + self.held_out_size > self.seed:
+            raise ValueError(
+                f"training seeds {self.seed}..{self.seed + self.train_size - 1} overlap the held-out seeds from "
+                f"{self.held_out_seed}: move held_out_seed past them"
+            )
+        unknown = set(self.params) - set(parse_spec(self.datasets))
+        if unknown:
+            raise ValueError(f"params names datasets not in the mixture: {', '.join(sorted(unknown))}")
+        return self
+
+
+def make_datasets(config: ReasoningGymConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({dataset: training dataset}, {dataset: held-out dataset}) through reasoning_gym.create_dataset."""
+    # reasoning_gym takes seconds to import: only a process that makes items pays it
+    import reasoning_gym
+
+    weights = parse_spec(config.datasets)
+    counts = held_out_counts(weights, config.held_out_size)
+    train, held = {}, {}
+    for name in weights:
+        params = dict(config.params.get(name) or {})
+        train[name] = reasoning_gym.create_dataset(name, **params, seed=config.seed, size=config.train_size)
+        held[name] = reasoning_gym.create_dataset(name, **params, seed=config.held_out_seed, size=counts[name])
+    return train, held
+
+
+class ReasoningGymEnv(BaseEnv):
+    """reasoning-gym datasets and mixtures; rewards are the datasets' own scores (0..1)."""
+
+    name = "reasoning_gym"
+    env_config_cls = ReasoningGymConfig
+
+    # Sampling (both Atropos server types) is arithmetic's.
+    _prompt_tokens = ArithmeticEnv._prompt_tokens
+    _returns_tokens = ArithmeticEnv._returns_tokens
+    _rollouts = ArithmeticEnv._rollouts
+
+    def __init__(self, config: ReasoningGymConfig, server_configs: Any, slurm: bool = False, testing: bool = False):
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: ReasoningGymConfig = config
+        self.weights = parse_spec(config.datasets)
+        self.train_sets, self.held_sets = make_datasets(config)
+        self.held_out: list[dict[str, Any]] = [
+            {"dataset": name, "index": i, **ds[i]} for name, ds in self.held_sets.items() for i in range(len(ds))
+        ]
+        self._held_questions = {item["question"] for item in self.held_out}
+        self._rng = random.Random(config.seed + 1)
+        self._next = dict.fromkeys(self.weights, 0)
+        self._rewards: dict[str, list[float]] = {name: [] for name in self.weights}
+        self._skipped = 0
+
+    @classmethod
+    def config_init(cls) -> tuple[ReasoningGymConfig, list[APIServerConfig]]:
+        tokenizer = default_tokenizer()
+        config = ReasoningGymConfig(
+            tokenizer_name=tokenizer,
+            group_size=4,
+            use_wandb=False,
+            rollout_server_url="http://127.0.0.1:8000",
+            total_steps=30,
+            batch_size=32,
+            steps_per_eval=1000000,
+            max_token_length=1024,
+            max_num_workers=4,
+            wandb_name="reasoning_gym",
+            ensure_scores_are_not_same=False,
+        )
+        return config, [local_server_config(tokenizer)]
+
+    async def setup(self) -> None:
+        """Nothing to download: items are generated as they are drawn."""
+
+    def messages(self, item: dict[str, Any]) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": self.config.system_prompt},
+            {"role": "user", "content": str(item["question"])},
+        ]
+
+    def score(self, text: str, item: dict[str, Any]) -> float:
+        dataset = (self.train_sets if item.get("split") == "train" else self.held_sets)[item["dataset"]]
+        entry = {k: v for k, v in item.items() if k not in ("dataset", "index", "split")}
+        try:
+            value = float(dataset.score_answer(extract(text), entry))
+        except Exception:  # a dataset's scorer choking on a malformed answer scores it 0
+            return 0.0
+        return min(1.0, max(0.0, value))
+
+    def _draw(self) -> dict[str, Any]:
+        names = list(self.weights)
+        while True:
+            name = self._rng.choices(names, weights=[self.weights[n] for n in names])[0]
+            index = self._next[name] % self.config.train_size
+            self._next[name] += 1
+            item = {"dataset": name, "index": index, "split": "train", **self.train_sets[name][index]}
+            if item["question"] not in self._held_questions:
+                return item
+            self._skipped += 1  # a held-out question is never trained on
+
+    async def get_next_item(self) -> dict[str, Any]:
+        if not getattr(self, "_resume_skipped", False):
+            # A resumed run continues its data order: the items its trained steps used are skipped.
+            self._resume_skipped = True
+            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
+                self._draw()
+        # Some datasets take a second or more per item (listed as slow): not on the event loop.
+        return await asyncio.to_thread(self._draw)
+
+    async def collect_trajectories(self, item: dict[str, Any]) -> tuple[ScoredDataGroup | None, list[Any]]:
+        messages = self.messages(item)
+        rollouts = await self._rollouts(
+            messages, self.config.group_size, temperature=self.config.temperature, split="train"
+        )
+        group = scored_group(
+            rollouts,
+            messages,
+            lambda text: self.score(text, item),
+            self.config.group_size,
+            self._rewards[item["dataset"]],
+        )
+        return group, []
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        """Greedy answers on the held-out items, one sample each (with its dataset)."""
+
+        async def one(item: dict[str, Any]) -> dict[str, Any]:
+            rollouts = await self._rollouts(self.messages(item), 1, temperature=0.0, split="eval")
+            text = rollouts[0][3] if rollouts else ""
+            return {
+                "id": f"{item['dataset']}/{self.config.held_out_seed}+{item['index']}",
+                "dataset": item["dataset"],
+                "question": item["question"],
+                "answer": str(item["answer"]),
+                "response": text,
+                "score": self.score(text, item),
+            }
+
+        samples = await asyncio.gather(*(one(item) for item in self.held_out))
+        metrics = {"eval/percent_correct": sum(s["score"] for s in samples) / len(samples)}
+        for name in self.weights:
+            mine = [s["score"] for s in samples if s["dataset"] == name]
+            metrics[f"eval/{name}/percent_correct"] = sum(mine) / len(mine)
+        await self.evaluate_log(metrics=metrics, samples=list(samples), verbose=False)
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        metrics = dict(wandb_metrics or {})
+        seen = [r for rewards in self._rewards.values() for r in rewards]
+        if seen:
+            metrics["train/percent_correct"] = sum(seen) / len(seen)
+        for name, rewards in self._rewards.items():
+            if rewards:
+                metrics[f"train/{name}/percent_correct"] = sum(rewards) / len(rewards)
+            rewards.clear()
+        await super().wandb_log(metrics)
+
+
+if __name__ == "__main__":
+    ReasoningGymEnv.cli()
