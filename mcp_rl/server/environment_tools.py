@@ -210,9 +210,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         classes and task files (subclasses of mcp_rl.task.Task, kind "task"; source only, nothing
         is imported). Files that fail to parse are listed under
         `problems`; duplicate names under `duplicates`. GEM environments (gem-llm: games such as
-        game:GuessTheNumber-v0-easy, Wordle, Sudoku; reasoning_gym tasks; math/code/QA datasets)
-        are summarised under `gem`; pass `filter` to list matching GEM ids (paged), or read
-        rl://environments/gem for all. Next: rl_select_environment(name or GEM id).
+        game:GuessTheNumber-v0-easy, Wordle, Sudoku; math/code/QA datasets) and reasoning-gym's
+        datasets (`rg:<dataset>`, with their parameters; slow ones said so) are summarised under
+        `gem`; pass `filter` to list matching ids (paged), or read rl://environments/gem for all.
+        A reasoning-gym mixture is selected as `rg:<a>=<weight>,<b>=<weight>`; every rg: selection
+        has held-out items from seeds training never reaches. Next: rl_select_environment(name or id).
         """
         budget = CallBudget(budget_s)
         progress = Progress(ctx, budget)
