@@ -25,9 +25,9 @@ RUN_DEADLINE_S = 900.0
 SHORT = {"total_steps": 2, "batch_size": 8, "group_size": 4, "held_out_size": 20, "max_new_tokens": 12}
 
 
-async def _train(client: Client, name: str, home: Path) -> tuple[dict[str, Any], Path]:
+async def _train(client: Client, name: str, home: Path, **edits: Any) -> tuple[dict[str, Any], Path]:
     await ok(client, "rl_select_environment", {"name": name})
-    for field, value in SHORT.items():
+    for field, value in {**SHORT, **edits}.items():
         await ok(client, "rl_edit_config", {"field": field, "value": value})
     run_id = (await ok(client, "rl_start_training"))["run_id"]
     end = time.monotonic() + RUN_DEADLINE_S
@@ -61,7 +61,10 @@ async def test_a_dataset_and_a_mixture_train_with_held_out_figures(home: Path, m
             o.item.startswith("basic_arithmetic/1000000000+") for o in read_outcomes(eval_outcomes_file(run_dir, 0))
         )
 
-        mixed, run_dir = await _train(client, "rg:leg_counting=1,basic_arithmetic=1", home)
+        mixed, run_dir = await _train(
+            client, "rg:leg_counting=1,basic_arithmetic=1", home, params={"leg_counting": {"max_animals": 4}}
+        )
+        assert "max_animals: 4" in (run_dir / "run.yaml").read_text()
         held = mixed["held_out"]
         assert held is not None and held["n"] == 20, mixed
         assert [(g["group"], g["n"]) for g in held["groups"]] == [("basic_arithmetic", 10), ("leg_counting", 10)]
