@@ -117,7 +117,9 @@ def reasoning_gym_entries() -> list[dict[str, Any]]:
                 "entry_point": f"reasoning_gym:{dataset_cls.__name__}",
                 "kwargs": params,
                 "description": f"reasoning-gym {name}: {doc or dataset_cls.__name__}. Parameters (set with "
-                f"rl_edit_config('params', {{'{name}': {{...}}}})): "
+                + "rl_edit_config('params', '{\""
+                + name
+                + "\": {...}}')): "
                 + ", ".join(f"{k}={v!r}" for k, v in params.items())
                 + f".{slow_note}",
                 "needs": None,

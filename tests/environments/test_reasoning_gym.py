@@ -29,7 +29,7 @@ def test_config_items_and_scores() -> None:
 
     config = ReasoningGymConfig(
         datasets="rg:leg_counting=3,basic_arithmetic=1",
-        params={"leg_counting": {"max_animals": 4}},
+        params='{"leg_counting": {"max_animals": 4}}',
         train_size=500,
         held_out_size=40,
     )
@@ -42,7 +42,9 @@ def test_config_items_and_scores() -> None:
     with pytest.raises(ValueError, match="overlap the held-out seeds"):
         ReasoningGymConfig(seed=999_999_999, train_size=10)
     with pytest.raises(ValueError, match="not in the mixture: countdown"):
-        ReasoningGymConfig(datasets="leg_counting", params={"countdown": {}})
+        ReasoningGymConfig(datasets="leg_counting", params='{"countdown": {}}')
+    with pytest.raises(ValueError, match="JSON object of objects"):
+        ReasoningGymConfig(params='{"countdown": 3}')
 
 
 def test_every_dataset_is_listed_with_its_parameters() -> None:

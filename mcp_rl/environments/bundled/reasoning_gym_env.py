@@ -20,6 +20,7 @@ figures are also given per dataset.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
@@ -57,10 +58,10 @@ class ReasoningGymConfig(BaseEnvConfig):
         description="A reasoning-gym dataset, or a weighted mixture 'a=0.7,b=0.3' "
         "(rl_list_environments(filter='rg:') lists them with their parameters).",
     )
-    params: dict[str, dict[str, Any]] = Field(
-        default_factory=dict,
-        description="Each dataset's own parameters, {dataset: {parameter: value}} (e.g. {'countdown': "
-        "{'min_numbers': 3}}); unset ones keep reasoning-gym's defaults.",
+    params: str = Field(
+        default="{}",
+        description="Each dataset's own parameters as JSON text, {dataset: {parameter: value}} (e.g. "
+        '\'{"countdown": {"min_numbers": 3}}\'); unset ones keep reasoning-gym\'s defaults.',
     )
     seed: int = Field(default=0, ge=0, description="First seed of the training items.")
     train_size: int = Field(default=100_000, ge=1, le=100_000_000, description="Training seeds per dataset.")
@@ -78,6 +79,21 @@ class ReasoningGymConfig(BaseEnvConfig):
         parse_spec(value)
         return value.strip().removeprefix(PREFIX)
 
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: str) -> str:
+        try:
+            parsed = json.loads(value or "{}")
+        except ValueError as exc:
+            raise ValueError(f"params is not JSON: {exc}") from None
+        if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+            raise ValueError('params must be a JSON object of objects: {"<dataset>": {"<parameter>": <value>}}')
+        return json.dumps(parsed, sort_keys=True)
+
+    @property
+    def dataset_params(self) -> dict[str, dict[str, Any]]:
+        return dict(json.loads(self.params))
+
     @model_validator(mode="after")
     def _disjoint(self) -> ReasoningGymConfig:
         if self.seed + self.train_size > self.held_out_seed and self.held_out_seed + self.held_out_size > self.seed:
@@ -85,7 +101,7 @@ class ReasoningGymConfig(BaseEnvConfig):
                 f"training seeds {self.seed}..{self.seed + self.train_size - 1} overlap the held-out seeds from "
                 f"{self.held_out_seed}: move held_out_seed past them"
             )
-        unknown = set(self.params) - set(parse_spec(self.datasets))
+        unknown = set(self.dataset_params) - set(parse_spec(self.datasets))
         if unknown:
             raise ValueError(f"params names datasets not in the mixture: {', '.join(sorted(unknown))}")
         return self
@@ -100,7 +116,7 @@ def make_datasets(config: ReasoningGymConfig) -> tuple[dict[str, Any], dict[str,
     counts = held_out_counts(weights, config.held_out_size)
     train, held = {}, {}
     for name in weights:
-        params = dict(config.params.get(name) or {})
+        params = dict(config.dataset_params.get(name) or {})
         train[name] = reasoning_gym.create_dataset(name, **params, seed=config.seed, size=config.train_size)
         held[name] = reasoning_gym.create_dataset(name, **params, seed=config.held_out_seed, size=counts[name])
     return train, held
