@@ -129,12 +129,18 @@ def test_one_destination_one_export_and_a_killed_worker_fails_fast_leaving_nothi
     _run(settings)
     dest = tmp_path / "out"
     first = _start(settings, str(dest), overwrite=False, step=1)
+    worker = processes.prove(first.pid, first.pid_started_at, first.marker).process
+    assert worker is not None
+    # Paused while the refusals are checked: on a quiet machine this small export can finish
+    # within the seconds a second start waits for a finishing worker to let go of its claim.
+    worker.send_signal(signal.SIGSTOP)
     try:
         with pytest.raises(UserError, match="another export is writing to"):
             _start(settings, str(dest), overwrite=True, step=3)
         # The checkpoint it reads is leased: not deleted while the export runs.
         with pytest.raises(UserError, match=f"in use by export {first.export_id}"):
             checkpoints.delete(settings, "r1", 1)
+        worker.send_signal(signal.SIGCONT)
         # Kill the worker once its temporary folder is there (it then loads the tokenizer).
         deadline = time.monotonic() + 120
         while not list(tmp_path.glob(f".out.tmp-{first.pid}-*")) and time.monotonic() < deadline:
