@@ -19,12 +19,35 @@ def temp_sibling(target: Path) -> Path:
     return target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
 
 
+def aside_sibling(target: Path, pid: int | None = None) -> Path:
+    """Where `replace_dir` moves the folder it replaces for a moment. Named apart from the
+    temporary folders (`.tmp-`), which are unfinished output: this one is the user's old folder."""
+    return target.with_name(f".{target.name}.old-{os.getpid() if pid is None else pid}-{time.monotonic_ns()}")
+
+
+def recover_aside(target: Path, pid: int) -> list[Path]:
+    """After writer `pid` died inside `replace_dir`: a folder it had moved aside goes back to
+    `target` when nothing took its place, and is removed only when the new folder is whole at
+    `target`. Returns the folders removed (the restored one is not among them)."""
+    removed = []
+    for old in sorted(target.parent.glob(f".{target.name}.old-{pid}-*")):
+        if not old.is_dir() or old.is_symlink():
+            continue
+        if not target.exists() and not target.is_symlink():
+            os.replace(old, target)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
+
+
 def replace_dir(new: Path, target: Path) -> None:
     """Put folder `new` at `target`, replacing any folder there (moved aside first: a rename
-    cannot replace a non-empty folder; put back if the second rename fails)."""
+    cannot replace a non-empty folder; put back if the second rename fails, or by
+    `recover_aside` if this process dies between the two renames)."""
     old = None
     if target.exists():
-        old = temp_sibling(target)
+        old = aside_sibling(target)
         os.replace(target, old)
     try:
         os.replace(new, target)

@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl import background, processes
+from mcp_rl.atomic_dir import recover_aside
 from mcp_rl.costs.exports import ExportCost, export_cost
 from mcp_rl.errors import UnknownId, UserError
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
@@ -119,7 +120,9 @@ def _remove_leftovers(status: ExportStatus) -> list[Path]:
     if status.dest is None or status.pid is None:
         return []
     dest = Path(status.dest)
-    removed = []
+    # First the user's old folder, if the worker died between replace_dir's two renames: put
+    # back, never removed with the unfinished output.
+    removed = recover_aside(dest, status.pid)
     for pattern in (f".{dest.name}.tmp-{status.pid}-*", f".{dest.name}.download-{status.pid}-*"):
         for path in dest.parent.glob(pattern):
             if path.is_dir() and not path.is_symlink():
