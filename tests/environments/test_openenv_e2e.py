@@ -120,8 +120,10 @@ async def test_openenv_folder_listed_played_trained_and_stopped(home: Path, fami
         results = await ok(client, "rl_get_results", {"run_id": run_id})
     assert saw_server
     run_dir = Path(results["run_dir"])
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # Step 0 is the base's held-out evaluation on fixed seeds, before any training step.
+    steps = [s for s in lines if s["step"] >= 1]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4] and {s["step"] for s in lines} <= {0, 1, 2, 3, 4}
     for step in steps:
         assert step["batch/sequences"] == 8 and step["tokens/trained"] > 0
     env_lines = [json.loads(line) for line in (run_dir / "env_metrics.jsonl").read_text().splitlines()]
