@@ -98,7 +98,14 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
                 # Collect each late piece of work through a tool.
                 stopped = await call("stop again", "rl_stop_training", {"run_id": "stop1234"})
                 assert stopped["status"] == "stopped" and stopped["processes_left"] == [], stopped
-                selected = await call("select again", "rl_select_environment", {"name": "slow_import"})
+                # The same call again finishes the selection once the import is done; the import
+                # may run in a spare worker that warms first (selection never waits behind another
+                # import), so it can take more than one call, each within the budget.
+                select_by = time.monotonic() + 180
+                while True:
+                    selected = await call("select again", "rl_select_environment", {"name": "slow_import"})
+                    if selected["status"] != "loading" or time.monotonic() > select_by:
+                        break
                 assert selected["status"] == "selected", selected
                 deadline = time.monotonic() + 300
                 while True:
