@@ -26,6 +26,7 @@ import time
 from enum import StrEnum
 from pathlib import Path
 
+import psutil
 from pydantic import BaseModel
 
 from mcp_rl.locking import LockTimeout, exclusive_lock
@@ -222,14 +223,16 @@ def start_build(settings: Settings, family: Family, deadline_s: float = DEFAULT_
 
 
 def _builder_alive(base: Path) -> bool:
-    pid = _read(base / STATUS_FILE).get("pid")
-    if not isinstance(pid, int):
+    data = _read(base / STATUS_FILE)
+    pid, started = data.get("pid"), data.get("started")
+    if not isinstance(pid, int) or not isinstance(started, (int, float)):
         return False
     try:
-        os.kill(pid, 0)
-    except OSError:
+        process = psutil.Process(pid)
+        # The builder wrote `started` after it began: a process created later is a reused pid.
+        return process.create_time() <= started + 1.0 and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return True
 
 
 def interpreter(settings: Settings, family: Family) -> Path:
