@@ -396,20 +396,28 @@ def read_jsonl(path: Path) -> JsonlRead:
 
 
 def read_jsonl_tail(path: Path, rows: int, max_bytes: int = 256_000) -> list[dict[str, Any]]:
-    """The last `rows` complete JSON object lines of `path`, reading at most its last
-    `max_bytes` (status calls stay fast on a long run); a damaged line is skipped."""
+    """The last `rows` complete JSON object lines of `path`, read backwards from its end in small
+    chunks and never more than its last `max_bytes` (status calls stay fast on a long run); a
+    damaged line is skipped."""
+    if rows <= 0:
+        return []
+    found: list[dict[str, Any]] = []
     try:
         with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            start = max(0, size - max_bytes)
-            fh.seek(start)
-            data = fh.read()
+            start = end = fh.seek(0, 2)
+            data = b""
+            while start > 0 and end - start < max_bytes:
+                start = max(0, start - min(16_384, max_bytes - (end - start)))
+                fh.seek(start)
+                data = fh.read(end - start)
+                lines = data.decode("utf-8", errors="replace").split("\n")
+                if start > 0:
+                    lines = lines[1:]  # begins mid-line
+                found = [row for row in (_parse(line) for line in lines if line.strip()) if row is not None]
+                if len(found) >= rows:
+                    break
     except OSError:
         return []
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if start > 0:
-        lines = lines[1:]  # begins mid-line
-    found = [row for row in (_parse(line) for line in lines if line.strip()) if row is not None]
     return found[-rows:]
 
 

@@ -23,6 +23,7 @@ from mcp_rl.rundir import (
     REWARD_KEY,
     RunPaths,
     TrainerPhase,
+    read_jsonl_tail,
 )
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
@@ -179,3 +180,17 @@ def test_the_supervisor_and_the_registry_read_how_the_trainer_ended(settings: Se
     answer, _ = results.local_results(settings, "failed1")
     assert answer.trainer_phase == TrainerPhase.FAILED and "Trainer error: RuntimeError: boom" in answer.notes
     assert answer.steps_completed == 1
+
+
+def test_the_tail_of_a_long_jsonl_is_read_from_its_end_skipping_damage(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [f'{{"step": {step}, "pad": "{"x" * 200}"}}' for step in range(1, 20001)]
+    lines[-3] = "{damaged"
+    path.write_text("\n".join(lines) + "\n" + '{"step": 20001, "half-writ')
+    assert [row["step"] for row in read_jsonl_tail(path, 5)] == [19995, 19996, 19997, 19999, 20000]
+    # Bounded: a file of only damaged lines yields nothing rather than reading all 4.8 MB.
+    assert read_jsonl_tail(path, 5, max_bytes=100) == []
+    assert read_jsonl_tail(tmp_path / "missing.jsonl", 5) == [] and read_jsonl_tail(path, 0) == []
+    short = tmp_path / "short.jsonl"
+    short.write_text('{"step": 1}\n{"step": 2}\n')
+    assert read_jsonl_tail(short, 5) == [{"step": 1}, {"step": 2}]
