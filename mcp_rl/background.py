@@ -6,21 +6,28 @@ Each job has a folder holding its spec and its status (the job kind's own format
 through mcp_rl.processes (its own session, a marker its children inherit, output to a log),
 reaped when it ends (a long-lived server keeps no zombie), and told alive or dead by pid and
 start time (a recycled pid or a zombie is dead). A job whose status still says running while its
-worker is dead has failed; each kind then records that in its own status.
+worker is dead has failed; each kind then records that in its own status. Cancelling stops the
+worker's group (SIGTERM, its cue to end cleanly, then SIGKILL after a grace), once its identity
+is proven; every kind is waited for by one loop, `wait_for_job`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+import anyio
 from pydantic import BaseModel
 
 from mcp_rl import processes
 from mcp_rl.runconfig import write_text_atomic
 
 WORKER_FILE = "worker.json"
+POLL_S = 0.5
+
+T = TypeVar("T")
 
 
 class WorkerRecord(BaseModel):
@@ -74,3 +81,37 @@ def worker_alive(folder: Path) -> bool:
     if record is None:
         return True
     return processes.is_alive(record.pid, record.create_time or None)
+
+
+def cancel_worker(folder: Path, marker: str, grace_s: float) -> bool:
+    """Stop the job's worker and everything it started (its process group): SIGTERM first, SIGKILL
+    after `grace_s`. Signals only a worker proven ours: pid, start time and `marker`, which the
+    caller derives from the job (not read from the record whose pid it checks). False when there
+    was no live worker to stop."""
+    record = read_worker(folder)
+    if record is None or not processes.is_alive(record.pid, record.create_time or None):
+        return False
+    processes.stop_group(record.pid, record.pgid, record.create_time or None, grace_s, marker=marker)
+    return True
+
+
+async def wait_for_job(
+    read: Callable[[], T],
+    running: Callable[[T], bool],
+    timeout_s: float,
+    on_read: Callable[[T], Awaitable[None]] | None = None,
+    poll_s: float = POLL_S,
+) -> T:
+    """Read a job's status (on a worker thread: reads touch the disk) until it has ended or
+    `timeout_s` has passed, whichever is first, and return the last read. `on_read` sees every
+    read (progress reports); a job still running at the deadline is returned as it is: it goes on
+    without the caller."""
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        status = await anyio.to_thread.run_sync(read)
+        if on_read is not None:
+            await on_read(status)
+        left = deadline - time.monotonic()
+        if not running(status) or left <= 0:
+            return status
+        await anyio.sleep(min(poll_s, left))

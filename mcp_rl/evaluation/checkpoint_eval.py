@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
-
+from mcp_rl import background
 from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.costs.evaluation import EvaluationEstimate, ItemStats, estimate_evaluation, evaluation_cost, price_models
 from mcp_rl.errors import UnknownId, UserError
@@ -348,15 +347,15 @@ async def wait_for_evaluation(
     settings: Settings, eval_id: str, timeout_s: float, progress: ProgressCallback | None = None
 ) -> EvaluationResult:
     """Read the result until it has ended or `timeout_s` passed, reporting answers done."""
-    deadline = time.monotonic() + max(0.0, timeout_s)
     last = -1
-    while True:
-        result = await anyio.to_thread.run_sync(read_evaluation, settings, eval_id)
+
+    async def report(result: EvaluationResult) -> None:
+        nonlocal last
         done = sum(m.done for m in result.models)
         if progress is not None and done > last:
             last = done
             await progress(float(done), float(sum(m.total for m in result.models) or 1), result.message)
-        left = deadline - time.monotonic()
-        if result.state != "running" or left <= 0:
-            return result
-        await anyio.sleep(min(0.5, left))
+
+    return await background.wait_for_job(
+        lambda: read_evaluation(settings, eval_id), lambda r: r.state == "running", timeout_s, report
+    )

@@ -15,10 +15,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 import yaml
 
-from mcp_rl import config
+from mcp_rl import background, config
 from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.errors import NotFound, UnknownId, UserError
 from mcp_rl.evaluation.checkpoints import is_run_ref, resolve_ref
@@ -33,7 +32,6 @@ from mcp_rl.inference_test.models import (
     SPEC_FILE,
     SUMMARY_FILE,
     TEST_ID_RE,
-    WORKER_FILE,
     WORKER_LOG,
     InferenceTestResult,
     ModelResult,
@@ -44,7 +42,7 @@ from mcp_rl.inference_test.models import (
     test_uri,
 )
 from mcp_rl.models import resolve_model
-from mcp_rl.processes import is_alive, marker_for, stop_group
+from mcp_rl.processes import marker_for, stop_group
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings, configs_dir
 
@@ -434,13 +432,7 @@ def cancel_test(settings: Settings, test_id: str, timeout_s: float = 30.0) -> In
     as failed (and its leftover model processes are ended by `read_test`).
     """
     folder = test_dir(settings, test_id)
-    try:
-        record = WorkerRecord.model_validate_json((folder / WORKER_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return read_test(settings, test_id)
-    if is_alive(record.pid, record.create_time or None):
-        # SIGTERM is the worker's cue to cancel cleanly; stop_group escalates after the grace.
-        stop_group(record.pid, record.pgid, record.create_time or None, timeout_s, marker=marker_of_test(folder))
+    background.cancel_worker(folder, marker_of_test(folder), timeout_s)
     return read_test(settings, test_id)
 
 
@@ -479,26 +471,28 @@ async def wait_for_test(
     A test still running at the deadline is returned as it is (state "running"), with a message
     saying where to read the result later: it keeps running without us.
     """
-    deadline = time.monotonic() + timeout_s
     reported = -1
-    while True:
-        result = await anyio.to_thread.run_sync(read_test, settings, test_id, repair)
+
+    async def report(result: InferenceTestResult) -> None:
+        nonlocal reported
         done, total = progress_of(result)
         if on_progress is not None and done > reported:
             reported = done
             await on_progress(float(done), float(total), _progress_message(result))
-        if result.state != "running":
-            return result
-        if time.monotonic() >= deadline:
-            finished = result.summary.models_finished
-            return result.model_copy(
-                update={
-                    "message": (
-                        f"Still running after {timeout_s:.0f} s ({finished}/{len(result.models_tested)} models finished); "
-                        f"it keeps running in the background, independent of this server. "
-                        f"Read {test_uri(test_id)} for the result (each model has at most "
-                        f"{result.test_config.model_timeout_s:.0f} s)."
-                    )
-                }
+
+    result = await background.wait_for_job(
+        lambda: read_test(settings, test_id, repair), lambda r: r.state == "running", timeout_s, report, poll_s
+    )
+    if result.state != "running":
+        return result
+    finished = result.summary.models_finished
+    return result.model_copy(
+        update={
+            "message": (
+                f"Still running after {timeout_s:.0f} s ({finished}/{len(result.models_tested)} models finished); "
+                f"it keeps running in the background, independent of this server. "
+                f"Read {test_uri(test_id)} for the result (each model has at most "
+                f"{result.test_config.model_timeout_s:.0f} s)."
             )
-        await anyio.sleep(poll_s)
+        }
+    )

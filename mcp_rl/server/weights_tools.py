@@ -11,6 +11,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from mcp_rl import background
 from mcp_rl.server.budget import CallBudget, Progress
 from mcp_rl.server.errors import tool_errors
 from mcp_rl.server.state import AppState
@@ -31,13 +32,17 @@ Step = Annotated[int, Field(ge=0, description="The checkpoint's step (see rl_lis
 
 
 async def _wait(settings, export_id: str, seconds: float, progress: Progress) -> ExportStatus:
-    budget = CallBudget(seconds)
-    while True:
-        status = await anyio.to_thread.run_sync(jobs.read_status, settings, export_id)
-        if status.state != ExportState.RUNNING or budget.remaining() <= POLL_S:
-            return status
-        await progress.report(f"export {export_id}: {status.phase}")
-        await anyio.sleep(POLL_S)
+    async def report(status: ExportStatus) -> None:
+        if status.state == ExportState.RUNNING:
+            await progress.report(f"export {export_id}: {status.phase}")
+
+    return await background.wait_for_job(
+        lambda: jobs.read_status(settings, export_id),
+        lambda s: s.state == ExportState.RUNNING,
+        max(0.0, seconds - POLL_S),
+        report,
+        POLL_S,
+    )
 
 
 def _answer(settings, status: ExportStatus) -> ExportStatus:

@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-import time
 
+import anyio
+
+from mcp_rl import background
 from mcp_rl.settings import Settings
 from mcp_rl.weights import jobs
 from mcp_rl.weights.jobs import ExportState
-
-POLL_S = 0.5
 
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
@@ -27,13 +28,21 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     tinker = jobs.spec_of(settings, status.export_id).weights.startswith("tinker://")
     if tinker:
         print("Downloading from Tinker starts a short Tinker session on the base model.", file=sys.stderr)
-    phase = None
-    while status.state == ExportState.RUNNING:
-        if status.phase != phase:
-            phase = status.phase
-            print(f"  {phase}", file=sys.stderr)
-        time.sleep(POLL_S)
-        status = jobs.read_status(settings, status.export_id)
+    export_id = status.export_id
+    phases: list[str] = []
+
+    async def say_phase(read: jobs.ExportStatus) -> None:
+        if read.phase and read.phase not in phases[-1:]:
+            phases.append(read.phase)
+            print(f"  {read.phase}", file=sys.stderr)
+
+    status = anyio.run(
+        background.wait_for_job,
+        lambda: jobs.read_status(settings, export_id),
+        lambda s: s.state == ExportState.RUNNING,
+        math.inf,
+        say_phase,
+    )
     status.message = jobs.describe(status, tinker)
     print(status.model_dump_json(indent=2) if args.json else status.message)
     return 0 if status.state == ExportState.DONE else 1
