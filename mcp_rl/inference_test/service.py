@@ -8,10 +8,12 @@ later server reads it. No MCP types here: the adapter is `mcp_rl.server.inferenc
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +22,7 @@ import yaml
 from mcp_rl import background, config
 from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.errors import NotFound, UnknownId, UserError
-from mcp_rl.evaluation.checkpoints import is_run_ref, resolve_ref
+from mcp_rl.evaluation.checkpoints import is_run_ref, parse_run_ref, resolve_checkpoint, resolve_ref
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
     FINAL_MODEL_STATES,
@@ -44,6 +46,7 @@ from mcp_rl.inference_test.models import (
 from mcp_rl.models import resolve_model
 from mcp_rl.processes import marker_for, stop_group
 from mcp_rl.runconfig import EnvironmentRef
+from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings, configs_dir
 
 LOCAL_MODEL_ID = "local"
@@ -288,11 +291,40 @@ def start_test(
     )
     initial.dump(test_dir / SUMMARY_FILE)
     argv = [sys.executable, "-m", "mcp_rl.inference_test", "--test-dir", str(test_dir)]
-    # The worker and everything it starts carry the test's marker: only those may be signalled.
-    start_worker(
-        argv, test_dir, test_dir / WORKER_LOG, settings.child_env(), cwd=test_dir, marker=marker_of_test(test_dir)
-    )
+    with ExitStack() as held:
+        # A run's checkpoint under test is leased to the worker for its life (retention and
+        # rl_delete_checkpoint leave it alone until the test has ended, however it ends); one
+        # deleted since it was planned is refused here.
+        leases = [held.enter_context(_leased(settings, m, test_id)) for m in sorted(planned, key=lambda m: m.id)]
+        # The worker and everything it starts carry the test's marker: only those may be signalled.
+        start_worker(
+            argv,
+            test_dir,
+            test_dir / WORKER_LOG,
+            settings.child_env(),
+            cwd=test_dir,
+            marker=marker_of_test(test_dir),
+            pass_fds=[fd for fd in leases if fd is not None],
+        )
     return initial
+
+
+@contextmanager
+def _leased(settings: Settings, model: ModelSpec, test_id: str) -> Iterator[int | None]:
+    """Under the run's checkpoint lock, a lease on the run checkpoint `model` serves (None for a
+    model that is not one), open until the worker has been handed it."""
+    if model.adapter is None or not is_run_ref(model.id):
+        yield None
+        return
+    ref = parse_run_ref(model.id)
+    run_dir = settings.runs_dir / ref[0]
+    with checkpoint_lock(run_dir):
+        resolve_checkpoint(settings, ref[0], ref[1])  # deleted or pruned since the plan: refused
+        fd = lease_checkpoint(run_dir, model.adapter, f"test {test_id} {model.slug}")
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
 
 def marker_of_test(folder: Path) -> str:

@@ -121,3 +121,33 @@ def test_keep_or_delete_of_a_pruned_step_says_retention_deleted_it(settings: Set
     for act in (checkpoints.keep, checkpoints.delete):
         with pytest.raises(NotFound, match=r"step 2 \(its folder was deleted by retention.*steps \[4\]"):
             act(settings, "r1", 2)
+
+
+def test_a_smoke_test_leases_its_run_checkpoint_to_its_worker_and_refuses_a_deleted_one(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_rl.inference_test import service as smoke
+
+    base = tmp_path / "base-model"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    config = _local_run(settings, "r1", range(1, 4))
+    held: list[int] = []
+
+    def worker_holds_what_it_is_handed(*args: object, pass_fds: list[int], **kwargs: object) -> None:
+        held.extend(os.dup(fd) for fd in pass_fds)  # the worker's copies: they outlive the start
+
+    monkeypatch.setattr(smoke, "start_worker", worker_holds_what_it_is_handed)
+    write_run_file(settings, "r1", base_model=str(base), steps=3)  # the same run, on a real base folder
+    env = config.environment
+    smoke.start_test(settings, env, {}, models=["run:r1@1"], num_steps=1, group_size=1)
+    try:
+        assert len(held) == 1
+        with pytest.raises(UserError, match="in use by test"):
+            checkpoints.delete(settings, "r1", 1)
+    finally:
+        for fd in held:
+            os.close(fd)  # the worker ended: its lease is over
+    checkpoints.delete(settings, "r1", 1)
+    with pytest.raises(NotFound, match="Saved steps: 2, 3"):
+        smoke.start_test(settings, env, {}, models=["run:r1@1"], num_steps=1, group_size=1)
