@@ -55,6 +55,66 @@ def scrub(text: str, *secrets: str | None) -> str:
     return _HF_TOKEN.sub(HIDDEN, _BEARER.sub(lambda m: m.group(1) + HIDDEN, text))
 
 
+CHECK_TIMEOUT_S = 15.0
+
+
+def check_access(settings: Settings, repo_id: str) -> str:
+    """Before any export work: the token is one the Hub accepts, it may write, and `repo_id`'s
+    namespace is its user's or one of their organisations'. Returns the token.
+
+    Raises:
+        UserError: bad repo id, no token, or the Hub refused it or did not answer (scrubbed).
+    """
+    check_repo_id(repo_id)
+    secret = token(settings)
+    # huggingface_hub: imported only for a push
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    url = f"{constants.ENDPOINT}/api/whoami-v2"
+    try:
+        response = get_session().get(url, headers=build_hf_headers(token=secret), timeout=CHECK_TIMEOUT_S)
+    except Exception as exc:  # unreachable, timed out: the export would fail at its end anyway
+        raise UserError(
+            scrub(f"the Hub at {constants.ENDPOINT} could not check the token: {type(exc).__name__}: {exc}", secret)[
+                :400
+            ]
+            + "; export without push_to_hub now and push the export later, or try again"
+        ) from None
+    if response.status_code == 401:
+        raise UserError(
+            f"the Hub at {constants.ENDPOINT} refused the Hugging Face token (401): set HF_TOKEN to a valid token "
+            "with write access (or run `hf auth login`), then export again"
+        )
+    if response.status_code != 200:
+        raise UserError(
+            scrub(
+                f"the Hub at {constants.ENDPOINT} answered {response.status_code} checking the token: {response.text}",
+                secret,
+            )[:400]
+        )
+    who = response.json()
+    return _may_write(who if isinstance(who, dict) else {}, repo_id, secret)
+
+
+def _may_write(who: dict, repo_id: str, secret: str) -> str:
+    role = ((who.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise UserError(
+            "the Hugging Face token is read-only: create one with write access (huggingface.co/settings/tokens), "
+            "set HF_TOKEN to it, then export again"
+        )
+    namespace = repo_id.split("/", 1)[0]
+    names = [who.get("name")] + [org.get("name") for org in who.get("orgs") or [] if isinstance(org, dict)]
+    mine = [name for name in names if isinstance(name, str)]
+    if mine and namespace not in mine:
+        raise UserError(
+            f"push_to_hub {repo_id!r}: the token belongs to {mine[0]!r}, which cannot create repos under "
+            f"{namespace!r}; use one of {', '.join(repr(n + '/...') for n in mine)}"
+        )
+    return secret
+
+
 class PushFailed(Exception):
     """The upload failed; `created` is the URL of a repo this push created first (None: none)."""
 

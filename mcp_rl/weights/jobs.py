@@ -32,8 +32,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.weights import destination
 from mcp_rl.weights.checkpoints import load_run, weights_for_export
 from mcp_rl.weights.export import ExportResult, ExportSpec, Format
-from mcp_rl.weights.hub import check_repo_id
-from mcp_rl.weights.hub import token as hub_token
+from mcp_rl.weights.hub import check_access
 from mcp_rl.weights.tinker_download import EXPORT_TTL_S
 
 SPEC_FILE = "spec.json"
@@ -153,8 +152,9 @@ def start(
         raise UserError(f"step must be 0 or more, got {step}")
     target = destination.normalise(dest) if dest is not None else None
     if push_to_hub is not None:
-        check_repo_id(push_to_hub)
-        hub_token(settings)  # no token, or a placeholder: refused before any export work
+        # No token, a placeholder, one the Hub refuses or that cannot write there: refused before
+        # any export work.
+        check_access(settings, push_to_hub)
     run = load_run(settings, run_id)
     export_id = f"exp-{int(time.time())}-{secrets.token_hex(3)}"
     job_dir = exports_dir(settings) / export_id

@@ -1,5 +1,5 @@
 """FAKE Hugging Face Hub at the wire: a loopback server speaking the endpoints the REAL
-`huggingface_hub.HfApi` calls for create_repo and upload_folder (preupload + commit), reached
+`huggingface_hub.HfApi` calls for whoami (the pre-export check), create_repo and upload_folder (preupload + commit), reached
 through HF_ENDPOINT. Every file arrives as a "regular" (base64 in the commit) upload, so no LFS
 or Xet transfer is needed. Records every request's headers and body so a test can check where
 the token appears."""
@@ -26,6 +26,10 @@ class HubWire:
     # Refuse the commit with an error body that echoes the request's headers, as some Hubs and
     # proxies do: the token then sits in the error text the client raises.
     echo_on_commit: bool = False
+    # Who the token belongs to (/api/whoami-v2) and its role ("write", "read", "fineGrained").
+    user: str = "someone"
+    orgs: list[str] = field(default_factory=list)
+    role: str = "write"
 
 
 def build_app(wire: HubWire) -> Any:
@@ -49,6 +53,15 @@ def build_app(wire: HubWire) -> Any:
             wire.unauthorized += 1
             return JSONResponse({"error": "Invalid credentials"}, status_code=401)
         path = request.url.path
+        if path == "/api/whoami-v2" and request.method == "GET":
+            return JSONResponse(
+                {
+                    "type": "user",
+                    "name": wire.user,
+                    "orgs": [{"name": org} for org in wire.orgs],
+                    "auth": {"type": "access_token", "accessToken": {"displayName": "t", "role": wire.role}},
+                }
+            )
         if path == "/api/repos/create" and request.method == "POST":
             data = json.loads(raw)
             repo = f"{data['organization']}/{data['name']}" if data.get("organization") else data["name"]

@@ -46,6 +46,9 @@ def test_an_echoing_hub_never_gets_the_token_out_and_a_failed_push_keeps_the_exp
     with HubServer(TOKEN) as hub:
         # The worker inherits this process's environment (Settings.child_env): the loopback Hub.
         monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        # The pre-export check runs here, in this process, whose huggingface_hub read it at import.
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.base_url)
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hfhome"))
         monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
         for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # the loopback Hub is the only one reachable
@@ -80,6 +83,56 @@ def test_no_token_is_refused_before_any_export_work(
     settings.ensure_home()
     _run(settings)
     with pytest.raises(UserError, match="no Hugging Face token"):
+        jobs.start(
+            settings, "r1", step=1, format="adapter", dest=str(tmp_path / "o"), push_to_hub=REPO, overwrite=False
+        )
+    assert not (tmp_path / "o").exists() and not jobs.exports_dir(settings).exists()
+
+
+@pytest.mark.parametrize(
+    ("what", "refusal"),
+    [
+        ("a token the Hub refuses", "refused the Hugging Face token"),
+        ("a read-only token", "read-only"),
+        ("another user's namespace", "cannot create repos under 'someone'"),
+    ],
+)
+def test_a_token_that_cannot_push_there_is_refused_before_any_export_work(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, refusal: str
+) -> None:
+    settings = Settings.from_env(make_env(home, HF_TOKEN=TOKEN))
+    settings.ensure_home()
+    _run(settings)
+    with HubServer("hf_anotherValidTokenabcdef123456" if what == "a token the Hub refuses" else TOKEN) as hub:
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.base_url)
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+        hub.wire.role = "read" if what == "a read-only token" else "write"
+        hub.wire.user, hub.wire.orgs = (
+            ("someone-else", ["an-org"]) if what == "another user's namespace" else ("someone", [])
+        )
+        with pytest.raises(UserError, match=refusal) as refused:
+            jobs.start(
+                settings, "r1", step=1, format="adapter", dest=str(tmp_path / "o"), push_to_hub=REPO, overwrite=False
+            )
+        assert [r["path"] for r in hub.wire.requests] == ["/api/whoami-v2"]  # nothing created, nothing pushed
+    assert TOKEN not in str(refused.value)
+    assert not (tmp_path / "o").exists() and not jobs.exports_dir(settings).exists()
+
+
+def test_an_unreachable_hub_is_refused_within_its_deadline_naming_the_way_on(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    settings = Settings.from_env(make_env(home, HF_TOKEN=TOKEN))
+    settings.ensure_home()
+    _run(settings)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    with pytest.raises(UserError, match="export without push_to_hub now"):
         jobs.start(
             settings, "r1", step=1, format="adapter", dest=str(tmp_path / "o"), push_to_hub=REPO, overwrite=False
         )
