@@ -18,7 +18,7 @@ from typing import Any
 
 from mcp_rl.errors import UserError
 from mcp_rl.evaluation import serving
-from mcp_rl.evaluation.checkpoints import TINKER_OPENAI_BASE_URL, resolve_checkpoint
+from mcp_rl.run_checkpoints import TINKER_OPENAI_BASE_URL, resolve_checkpoint
 from mcp_rl.settings import Settings
 
 

@@ -1,5 +1,7 @@
 """The package's shape: no import cycle between mcp_rl's modules, counting every import
-(module-level and inside functions), and layers that depend downward only.
+(module-level and inside functions), and the package map of docs/design-notes.md held true: the
+arrows between packages are exactly the map's, each points down the map unless marked `↑` and
+named with its reason, and only the programs and `http_serve` import the server.
 
 Importing `pkg.mod` also runs `pkg/__init__.py`; that parent link is not counted as an edge (a
 package's `__init__` re-exporting its modules is not a cycle).
@@ -8,27 +10,14 @@ package's `__init__` re-exporting its modules is not a cycle).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "mcp_rl"
-# Modules below this line never import the server (the MCP adapter sits on top of everything).
-NEVER_IMPORT_SERVER = (
-    "mcp_rl.supervisor",
-    "mcp_rl.trainer",
-    "mcp_rl.environments",
-    "mcp_rl.metrics",
-    "mcp_rl.inference_test",
-    "mcp_rl.config",
-    "mcp_rl.runconfig",
-    "mcp_rl.rundir",
-    "mcp_rl.settings",
-    "mcp_rl.processes",
-    "mcp_rl.evaluation",
-    "mcp_rl.weights",
-    "mcp_rl.costs",
-    "mcp_rl.background",
-    "mcp_rl.locking",
-)
+NOTES = Path(__file__).resolve().parent.parent / "docs" / "design-notes.md"
+LAYERS = ("programs", "adapter", "services", "contracts", "base")
+ARROW = "─>"
+UP = "↑"
 
 
 def _modules() -> dict[str, Path]:
@@ -105,15 +94,112 @@ def test_the_checker_sees_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_services_never_import_the_server() -> None:
-    upward = {
-        (name, target)
-        for name, targets in import_graph().items()
-        if name.startswith(NEVER_IMPORT_SERVER)
-        for target in targets
-        if target.startswith("mcp_rl.server")
-    }
-    assert upward == set()
+def package_of(module: str) -> str:
+    """`mcp_rl.trainer.loop` -> `trainer`; a top-level module is its own package; `mcp_rl` the
+    package's `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {package_of(name): set() for name in graph}
+    for name, targets in graph.items():
+        packages[package_of(name)].update(package_of(t) for t in targets if package_of(t) != package_of(name))
+    return packages
+
+
+class PackageMap:
+    """The map block of the design notes: packages top to bottom, each with its arrows, the
+    layer it is in, the arrows marked `↑`, and the arrows named in the list after the map."""
+
+    def __init__(self, text: str) -> None:
+        section = text[text.index("## Package map") :]
+        block = section[section.index("```\n") + 4 :]
+        block = block[: block.index("```")]
+        self.order: list[str] = []  # top to bottom
+        self.arrows: dict[str, set[str]] = {}
+        self.up: set[tuple[str, str]] = set()
+        self.layer: dict[str, str] = {}
+        layer = ""
+        current = ""
+        for line in block.splitlines():
+            if not line.strip():
+                continue
+            if ARROW in line:
+                left, right = line.split(ARROW, 1)
+                words = left.split()
+                if words[0] in LAYERS:
+                    layer = words.pop(0)
+                (current,) = words
+                self.order.append(current)
+                self.layer[current] = layer
+                self.arrows[current] = set()
+            else:
+                right = line  # a wrapped line of the package above
+            for target in right.split():
+                if target.startswith(UP):
+                    target = target[len(UP) :]
+                    self.up.add((current, target))
+                self.arrows[current].add(target)
+        after = section[section.index("```", section.index("```\n") + 4) + 3 :]
+        after = after[: after.index("\n## ")]
+        self.named = set(re.findall(r"^- `([a-z_]+) -> ([a-z_]+)`: \S", after, re.M))
+
+
+def map_problems(the_map: PackageMap, packages: dict[str, set[str]]) -> list[str]:
+    """Everything in which the code and the map disagree, in words (empty: they agree)."""
+    problems = []
+    for name in sorted(set(packages) | set(the_map.arrows)):
+        if name not in the_map.arrows:
+            problems.append(f"{name} is not in the map")
+            continue
+        if name not in packages:
+            problems.append(f"{name} is in the map but not in the code")
+            continue
+        for target in sorted(packages[name] - the_map.arrows[name]):
+            problems.append(f"{name} -> {target} is in the code, not in the map")
+        for target in sorted(the_map.arrows[name] - packages[name]):
+            problems.append(f"{name} -> {target} is in the map, not in the code")
+    rank = {name: i for i, name in enumerate(the_map.order)}
+    for name, targets in the_map.arrows.items():
+        for target in sorted(targets):
+            upward = rank.get(target, len(rank)) < rank[name]
+            if upward and (name, target) not in the_map.up:
+                problems.append(f"{name} -> {target} runs back up without its {UP} mark")
+            if (name, target) in the_map.up and not upward:
+                problems.append(f"{name} -> {target} is marked {UP} but points down")
+            if upward and (name, target) not in the_map.named:
+                problems.append(f"{name} -> {target} runs back up without a named reason after the map")
+    for name in sorted(the_map.named - the_map.up):
+        problems.append(f"{name[0]} -> {name[1]} is named as running back up but is not marked {UP}")
+    for name, targets in packages.items():
+        if "server" in targets and the_map.layer.get(name) != "programs" and name != "http_serve":
+            problems.append(f"{name} imports the server: only the programs and http_serve may")
+    return problems
+
+
+def test_the_code_is_the_design_notes_package_map() -> None:
+    the_map = PackageMap(NOTES.read_text(encoding="utf-8"))
+    assert len(the_map.order) > 30 and the_map.up and the_map.up == the_map.named
+    assert map_problems(the_map, package_graph(import_graph())) == []
+
+
+def test_the_map_checker_sees_an_added_arrow_an_unnamed_back_arrow_and_a_server_import() -> None:
+    the_map = PackageMap(NOTES.read_text(encoding="utf-8"))
+    packages = package_graph(import_graph())
+    added = {**packages, "rundir": packages["rundir"] | {"settings"}}
+    assert map_problems(the_map, added) == ["rundir -> settings is in the code, not in the map"]
+    the_map.arrows["rundir"].add("trainer")
+    the_map.arrows["costs"].add("server")
+    assert map_problems(
+        the_map, {**packages, "rundir": packages["rundir"] | {"trainer"}, "costs": packages["costs"] | {"server"}}
+    ) == [
+        "costs -> server runs back up without its ↑ mark",
+        "costs -> server runs back up without a named reason after the map",
+        "rundir -> trainer runs back up without its ↑ mark",
+        "rundir -> trainer runs back up without a named reason after the map",
+        "costs imports the server: only the programs and http_serve may",
+    ]
 
 
 def uncommented_function_imports(source: str) -> list[int]:

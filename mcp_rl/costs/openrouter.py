@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from mcp_rl.inference_test.models import ModelSpec
+from mcp_rl.model_specs import ModelSpec
 from mcp_rl.settings import Settings
 
 MODELS_TIMEOUT_S = 8.0

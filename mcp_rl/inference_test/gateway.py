@@ -35,7 +35,8 @@ from typing import Any, Literal
 
 import httpx
 
-from mcp_rl.inference_test.models import ModelSpec, ModelUsage
+from mcp_rl.inference_test.models import ModelUsage
+from mcp_rl.model_specs import ModelSpec
 
 log = logging.getLogger("mcp_rl.inference_test.gateway")
 

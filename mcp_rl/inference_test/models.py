@@ -20,9 +20,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.background import WORKER_FILE, WorkerRecord  # noqa: F401  (re-exported: the test worker's record)
+from mcp_rl.model_specs import ModelSpec, Provider
 from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
 
-Provider = Literal["openrouter", "local"]
 # over_budget: the model used up its request or token budget and was stopped (see usage).
 ModelState = Literal["pending", "running", "succeeded", "failed", "timed_out", "over_budget", "cancelled"]
 TestState = Literal["running", "completed", "failed", "cancelled"]
@@ -45,12 +45,6 @@ MODEL_HTML = "groups.html"  # Atropos writes `<jsonl stem>.html` next to the JSO
 MODEL_LOG = "process.log"
 
 
-def model_slug(model_id: str) -> str:
-    """A folder name and resource key for a model id (`qwen/qwen3-8b` -> `qwen_qwen3-8b`)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("._-") or "model"
-    return slug[:128]
-
-
 def test_uri(test_id: str) -> str:
     return f"rl://tests/{test_id}"
 
@@ -58,40 +52,6 @@ def test_uri(test_id: str) -> str:
 def model_uri(test_id: str, slug: str, part: str | None = None) -> str:
     base = f"rl://tests/{test_id}/{slug}"
     return f"{base}/{part}" if part else base
-
-
-class ModelSpec(BaseModel):
-    """One model of a test as the worker needs it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(description='OpenRouter model id, or "local" for the embedded default model.')
-    name: str
-    scale: str
-    provider: Provider
-    slug: str
-    # How the test's gateway treats this model's requests (configs/test_models.yaml).
-    reasoning: dict[str, Any] | None = Field(
-        default=None, description="OpenRouter `reasoning` request options added to every request (remote models)."
-    )
-    min_max_tokens: int | None = Field(
-        default=None, description="max_tokens is raised to at least this (remote models)."
-    )
-    request_budget: int | None = Field(default=None, description="Most requests this model may make in the test.")
-    token_budget: int | None = Field(default=None, description="Most tokens (prompt + completion) this model may use.")
-    # mcp_rl.costs.openrouter: stated before the first paid request (None: unknown, never 0).
-    estimated_max_usd: float | None = Field(
-        default=None, description="Estimated USD this model may spend at most (its token budget at its price)."
-    )
-    price_note: str | None = Field(default=None, description="How the estimate was made, or why it is unknown.")
-    # A run's saved checkpoint (id run:<run_id>@<step>): served locally as base + this adapter.
-    adapter: str | None = Field(default=None, description="The checkpoint's LoRA adapter folder (run checkpoints).")
-    base_model: str | None = Field(default=None, description="The checkpoint's base model folder (run checkpoints).")
-
-    @property
-    def server_key(self) -> str:
-        """Models with the same key share one local model server."""
-        return f"{self.base_model or ''}|{self.adapter or ''}"
 
 
 class ModelUsage(BaseModel):

@@ -21,7 +21,6 @@ from mcp_rl.inference_test.models import (
     MODEL_LOG,
     InferenceTestResult,
     ModelResult,
-    ModelSpec,
     RolloutSample,
     StepResult,
     TestConfig,
@@ -31,6 +30,7 @@ from mcp_rl.inference_test.models import (
     model_uri,
     test_uri,
 )
+from mcp_rl.model_specs import ModelSpec
 
 PROMPT_CHARS = 400
 COMPLETION_CHARS = 600

@@ -47,11 +47,11 @@ from mcp_rl.inference_test.models import (
     SPEC_FILE,
     SUMMARY_FILE,
     ModelResult,
-    ModelSpec,
     TestSpec,
     TestState,
     WorkerRecord,
 )
+from mcp_rl.model_specs import ModelSpec
 from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports
 from mcp_rl.processes import identify, spawn, stop_group

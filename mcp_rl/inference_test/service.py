@@ -22,7 +22,6 @@ import yaml
 from mcp_rl import background, config
 from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.errors import NotFound, UnknownId, UserError
-from mcp_rl.evaluation.checkpoints import is_run_ref, parse_run_ref, resolve_checkpoint, resolve_ref
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
     FINAL_MODEL_STATES,
@@ -37,14 +36,14 @@ from mcp_rl.inference_test.models import (
     WORKER_LOG,
     InferenceTestResult,
     ModelResult,
-    ModelSpec,
     TestSpec,
     WorkerRecord,
-    model_slug,
     test_uri,
 )
+from mcp_rl.model_specs import ModelSpec, model_slug
 from mcp_rl.models import resolve_model
 from mcp_rl.processes import marker_for, stop_group
+from mcp_rl.run_checkpoints import is_run_ref, parse_run_ref, resolve_checkpoint, resolve_ref
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings, configs_dir

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.evaluation import checkpoint_eval
-from mcp_rl.evaluation.checkpoints import TINKER_OPENAI_BASE_URL
+from mcp_rl.run_checkpoints import TINKER_OPENAI_BASE_URL
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
 from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file

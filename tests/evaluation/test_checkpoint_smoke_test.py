@@ -10,7 +10,8 @@ from mcp import Client
 
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.inference_test import service
-from mcp_rl.inference_test.models import WorkerRecord, model_slug
+from mcp_rl.inference_test.models import WorkerRecord
+from mcp_rl.model_specs import model_slug
 from mcp_rl.settings import Settings
 from tests.conftest import make_env, stdio_params
 from tests.evaluation.checkpoint_runs import record_checkpoint, write_local_checkpoint_run, write_run_file

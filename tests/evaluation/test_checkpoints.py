@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.errors import NotFound, UserError
-from mcp_rl.evaluation.checkpoints import parse_run_ref, resolve_checkpoint, resolve_ref
+from mcp_rl.run_checkpoints import parse_run_ref, resolve_checkpoint, resolve_ref
 from mcp_rl.settings import Settings
 from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
 

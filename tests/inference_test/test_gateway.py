@@ -13,7 +13,7 @@ import pytest
 
 from mcp_rl.inference_test import gateway as gw
 from mcp_rl.inference_test.gateway import Budgets, Gateway, Lane, preflight
-from mcp_rl.inference_test.models import ModelSpec, model_slug
+from mcp_rl.model_specs import ModelSpec, model_slug
 from tests.fakes.fake_openrouter import FakeOpenRouter
 
 KEY = "sk-or-v1-FAKE-gateway"

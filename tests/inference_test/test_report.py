@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from mcp_rl.inference_test import report
-from mcp_rl.inference_test.models import ModelSpec, TestSpec, model_slug
+from mcp_rl.inference_test.models import TestSpec
+from mcp_rl.model_specs import ModelSpec, model_slug
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.supervisor.tail import tail_lines
 

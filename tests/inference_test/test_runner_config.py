@@ -8,7 +8,8 @@ import yaml
 from pydantic import SecretStr
 
 from mcp_rl.inference_test import runner
-from mcp_rl.inference_test.models import ModelSpec, TestSpec
+from mcp_rl.inference_test.models import TestSpec
+from mcp_rl.model_specs import ModelSpec
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_rl.inference_test import report
-from mcp_rl.inference_test.models import SPEC_FILE, SUMMARY_FILE, ModelSpec, TestSpec, model_slug
+from mcp_rl.inference_test.models import SPEC_FILE, SUMMARY_FILE, TestSpec
+from mcp_rl.model_specs import ModelSpec, model_slug
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import start_guard

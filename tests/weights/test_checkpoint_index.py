@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.errors import NotFound, UserError
-from mcp_rl.evaluation.checkpoints import resolve_checkpoint, resolve_ref
 from mcp_rl.metrics import store
+from mcp_rl.run_checkpoints import resolve_checkpoint, resolve_ref
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     CheckpointRecord,
