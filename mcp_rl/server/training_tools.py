@@ -330,7 +330,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ] = False,
         force: Annotated[
             bool,
-            Field(description="Start even though the last smoke test of this environment and config failed."),
+            Field(
+                description="Start even though the last smoke test of this environment and config failed, or the "
+                "task's last validation (of the file as it is now) found problems."
+            ),
         ] = False,
     ) -> Annotated[CallToolResult, StartAnswer]:
         """Start a training run with the selected environment and current config.

@@ -4,6 +4,7 @@
   their speed (a 2-core machine: half each). Tinker runs train remotely and are never refused for
   running beside others.
 - A start of an environment and config whose last smoke test found it not working.
+- A start of a task file whose last validation, of the file as it is now, found problems.
 Each refusal names what it found and the exact call that starts anyway.
 """
 
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from mcp_rl import config
+from mcp_rl.environments.validate import validation_for
 from mcp_rl.inference_test.service import session_environment
 from mcp_rl.inference_test.verdicts import last_failed_test
 from mcp_rl.runconfig import EnvironmentRef
@@ -58,6 +60,22 @@ def failed_test_refusal(
     )
 
 
+def failed_validation_refusal(settings: Settings, environment: EnvironmentRef, force: bool) -> str | None:
+    """Why a start of this task file would train on what its last validation refused (None: it
+    would not: validated fine, never validated, or edited since)."""
+    if force:
+        return None
+    report = validation_for(settings, environment.file_path)
+    if report is None or report.ok:
+        return None
+    first = report.problems[0].message if report.problems else "see its report"
+    return (
+        f"The last validation of {environment.name} as it is now found {len(report.problems)} problem(s), e.g. "
+        f"{first}. Nothing was started. Fix them and check again with rl_validate_environment({environment.name!r}), "
+        "or start anyway with rl_start_training(force=true)."
+    )
+
+
 def refusal(
     settings: Settings, registry: Registry, environments: Any, allow_concurrent: bool, force: bool
 ) -> str | None:
@@ -69,5 +87,7 @@ def refusal(
     found = local_run_refusal(registry, backend, allow_concurrent)
     if found is None and not force:
         environment, env_config = session_environment(environments)
-        found = failed_test_refusal(settings, environment, env_config, force)
+        found = failed_validation_refusal(settings, environment, force) or failed_test_refusal(
+            settings, environment, env_config, force
+        )
     return found

@@ -75,3 +75,30 @@ def test_a_start_after_a_failed_smoke_test_of_that_config_says_so(tmp_path: Path
     # A newer passing test of the same config lifts it.
     _write_test(settings, "20261126-101000-cccccc", env, config, None)
     assert start_guard.failed_test_refusal(settings, env, config, force=False) is None
+
+
+def test_a_start_of_a_task_whose_last_validation_failed_says_so_until_it_is_edited(tmp_path: Path) -> None:
+    from mcp_rl.environments.validate import Problem, ValidationReport, file_digest, record_path
+
+    settings = Settings.from_env(make_env(tmp_path))
+    task = tmp_path / "my_task.py"
+    task.write_text("ITEMS = []\n")
+    env = EnvironmentRef(name="my_task", class_name="MyTask", file_path=task, project_root=tmp_path)
+    assert start_guard.failed_validation_refusal(settings, env, force=False) is None  # never validated: a note only
+    report = ValidationReport(
+        environment="my_task",
+        file_path=str(task),
+        file_sha256=file_digest(task),
+        ok=False,
+        problems=[Problem(check="overlap", message="3 held-out items are also training items")],
+        seconds=0.5,
+        validated_at=1.0,
+    )
+    record_path(settings, task).parent.mkdir(parents=True)
+    record_path(settings, task).write_text(report.model_dump_json())
+    refused = start_guard.failed_validation_refusal(settings, env, force=False)
+    assert refused is not None and "3 held-out items are also training items" in refused
+    assert "rl_validate_environment('my_task')" in refused and "rl_start_training(force=true)" in refused
+    assert start_guard.failed_validation_refusal(settings, env, force=True) is None
+    task.write_text("ITEMS = [1]\n")  # edited since: the old verdict no longer speaks for it
+    assert start_guard.failed_validation_refusal(settings, env, force=False) is None
