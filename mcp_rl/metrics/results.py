@@ -20,7 +20,7 @@ from mcp_rl.errors import NotFound, UnknownId, clip, clip_message
 from mcp_rl.evaluation.held_out_note import held_out_note
 from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
-from mcp_rl.metrics.signal import LearningSignal, learning_signal
+from mcp_rl.metrics.signal import LearningSignal, learning_signal, with_held_out
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
 from mcp_rl.runconfig import RunConfig
@@ -199,8 +199,8 @@ def local_results(settings: Settings, run_id: str) -> tuple[RunResults, WandbQue
         steps_completed=table.trainer_last_step or 0,
         num_steps=(config.trainer.num_steps if config is not None else None) or (status.num_steps if status else None),
         metrics=metrics,
-        held_out=held_out_summary(run_dir),
-        learning_signal=learning_signal(table.rows),
+        held_out=(held_out := held_out_summary(run_dir)),
+        learning_signal=with_held_out(learning_signal(table.rows), held_out),
         history=store.history(table),
         history_steps_total=len(table.rows),
         cost=run_cost(table.rows),

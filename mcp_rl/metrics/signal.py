@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mcp_rl.evaluation.summary import HeldOutSummary
 from mcp_rl.rundir import REWARD_KEY, STEP_KEY
 
 GROUPS_KEY = "batch/groups"
@@ -30,6 +31,10 @@ MIN_GROUPS = 12
 # groups of 4) expects 0.8^4 + 0.2^4 = 41 % of its groups without signal if every item were
 # equally hard: well below, even with items of mixed difficulty.
 WARN_SHARE = 0.75
+# A held-out score is called flat only after this many steps of training since the base's
+# evaluation, and only when its paired test finds no difference (p >= FLAT_P, interval across 0).
+FLAT_MIN_STEPS = 10
+FLAT_P = 0.05
 
 
 class LearningSignal(BaseModel):
@@ -44,6 +49,11 @@ class LearningSignal(BaseModel):
     reward_spread: float | None = Field(None, description="Mean standard deviation of rewards within a step's batch.")
     reward_mean: float | None = None
     warning: str | None = Field(None, description="Set when most groups carried no signal for several steps.")
+    held_out_flat: str | None = Field(
+        None,
+        description=f"Set when the held-out score has not moved after {FLAT_MIN_STEPS}+ steps (its paired test, n and "
+        "interval stated).",
+    )
     advice: list[str] = Field(default_factory=list, description="What to change, as calls to make.")
 
 
@@ -106,3 +116,30 @@ def _warning(signal: LearningSignal, no_signal: int) -> tuple[str, list[str]]:
         "change the environment's score()."
     )
     return warning, advice
+
+
+def with_held_out(signal: LearningSignal | None, held_out: HeldOutSummary | None) -> LearningSignal | None:
+    """`signal` with `held_out_flat` set when the run's held-out score has not moved: at least
+    FLAT_MIN_STEPS steps after the base's evaluation, the paired comparison finds no difference."""
+    if held_out is None or held_out.step is None or held_out.p_value is None or held_out.difference is None:
+        return signal
+    trained_for = held_out.step - held_out.base_step
+    low, high = held_out.ci_low, held_out.ci_high
+    if trained_for < FLAT_MIN_STEPS or held_out.p_value < FLAT_P or low is None or high is None or not low <= 0 <= high:
+        return signal
+    if signal is None:
+        signal = LearningSignal(steps=[held_out.step], groups=0, no_signal_share=0.0)
+    signal.held_out_flat = (
+        f"The held-out score has not moved in {trained_for} steps: {held_out.base_score:.2f} at step "
+        f"{held_out.base_step}, {held_out.trained_score:.2f} at step {held_out.step} on {held_out.n} items "
+        f"(difference {held_out.difference:+.2f}, 95 % interval {low:+.2f} to {high:+.2f}, {held_out.test}, "
+        f"p = {held_out.p_value:.2g}). More of the same steps will hardly change it."
+    )
+    if not signal.advice:
+        signal.advice = [
+            "A larger learning rate moves the model faster (rl_edit_config('learning_rate', ...), e.g. twice it).",
+            "More answers per item give more signal: rl_edit_config('group_size', 8) (or 16).",
+            "Items the model gets right a quarter to three quarters of the time teach the most: adjust the "
+            "environment's difficulty fields, or give partial credit in its score().",
+        ]
+    return signal

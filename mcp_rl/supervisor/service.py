@@ -27,7 +27,7 @@ from mcp_rl.evaluation.held_out_note import held_out_note
 from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.signal import WINDOW_STEPS as SIGNAL_WINDOW_STEPS
-from mcp_rl.metrics.signal import learning_signal
+from mcp_rl.metrics.signal import learning_signal, with_held_out
 from mcp_rl.ports import port_is_free
 from mcp_rl.runconfig import RunConfig, write_text_atomic
 from mcp_rl.rundir import (
@@ -411,9 +411,11 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     held_out = held_out_summary(run_dir)
     if held_out is not None:
         message += f" {held_out.sentence}."
-    signal = learning_signal(read_jsonl_tail(run_dir / METRICS_FILE, SIGNAL_WINDOW_STEPS))
+    signal = with_held_out(learning_signal(read_jsonl_tail(run_dir / METRICS_FILE, SIGNAL_WINDOW_STEPS)), held_out)
     if signal is not None and signal.warning:
         message += f" {signal.warning}"
+    if signal is not None and signal.held_out_flat:
+        message += f" {signal.held_out_flat}"
     env_errors = _environment_errors(run_dir)
     if env_errors is not None and run.state != RunState.FAILED:
         message += f" {env_errors[1]}."

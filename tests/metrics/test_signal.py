@@ -69,3 +69,38 @@ def test_rl_check_status_carries_the_warning(tmp_path: Path) -> None:
     assert "Little to learn from" in status.message and "groups" in status.message
     results, _ = local_results(settings, "sig1")
     assert results.learning_signal is not None and results.learning_signal.warning == status.learning_signal.warning
+
+
+def _held_out(base_step: int, step: int, base: float, trained: float, low: float, high: float, p: float):
+    from mcp_rl.evaluation.summary import HeldOutSummary
+
+    return HeldOutSummary(
+        n=201,
+        base_step=base_step,
+        step=step,
+        base_score=base,
+        trained_score=trained,
+        difference=trained - base,
+        ci_low=low,
+        ci_high=high,
+        p_value=p,
+        test="McNemar exact",
+        sentence="",
+    )
+
+
+def test_a_flat_held_out_score_after_many_steps_says_so_with_its_test_and_interval() -> None:
+    from mcp_rl.metrics.signal import with_held_out
+
+    flat = with_held_out(learning_signal(rows([1, 2, 1, 2, 1])), _held_out(0, 30, 0.17, 0.18, -0.03, 0.05, 0.71))
+    assert flat is not None and flat.warning is None and flat.held_out_flat is not None
+    assert "not moved in 30 steps" in flat.held_out_flat and "201 items" in flat.held_out_flat
+    assert "McNemar exact" in flat.held_out_flat and "-0.03 to +0.05" in flat.held_out_flat and flat.advice
+    # Learning (p < 0.05), or too early to say (3 steps), or no held-out figures: no such warning.
+    learned = with_held_out(learning_signal(rows([1, 2, 1])), _held_out(0, 30, 0.17, 0.5, 0.25, 0.41, 1e-9))
+    assert learned is not None and learned.held_out_flat is None and not learned.advice
+    early = with_held_out(learning_signal(rows([1, 2, 1])), _held_out(0, 3, 0.17, 0.17, -0.02, 0.02, 1.0))
+    assert early is not None and early.held_out_flat is None
+    assert with_held_out(None, None) is None
+    only_held_out = with_held_out(None, _held_out(0, 20, 0.3, 0.3, -0.04, 0.04, 1.0))
+    assert only_held_out is not None and only_held_out.held_out_flat is not None
