@@ -35,23 +35,34 @@ SLOW_TIMEOUT_S = 900
 # on child processes, servers and deadlines, so parallel processes fill the idle CPU and the tier
 # fits its 5-minute budget on 2 cores. Overridden by PYTEST_XDIST_AUTO_NUM_WORKERS or `-n N`.
 FAST_TIER_WORKERS = 2
+# Worker processes for the slow tier: its tests train on one thread each and spend much of their
+# time waiting (process start-up, deadlines, servers coming up, the hosts' Node clients), so two
+# files at once on 2 cores take about half the wall time (measured: ~35 of ~65 minutes).
+SLOW_TIER_WORKERS = 2
 
 _converted_model: Path | None = None
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto`: parallel for the fast tier; one process for the slow and live tiers (their
-    tests train real models and share session fixtures, such as the converted model and
-    `completed_run`, that each worker would make again) and for runs of named files or tests."""
+    """`-n auto`: parallel processes for the fast tier (tests spread one by one) and the slow
+    tier (whole files per process, `pytest_collection_modifyitems`: a file's tests share its
+    module fixtures, such as a served model; the files reading the shared completed run go to one
+    process, which makes it once); one process for the live tier and for runs of named files."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    if "not slow" not in (config.option.markexpr or ""):
-        return 0
     if any(".py" in arg for arg in config.args):
         return 0
-    return FAST_TIER_WORKERS
+    markexpr = config.option.markexpr or ""
+    if "not slow" in markexpr:
+        return FAST_TIER_WORKERS
+    if markexpr.strip() == "slow":
+        if config.option.dist == "no":
+            config.option.dist = "loadgroup"
+        return SLOW_TIER_WORKERS
+    return 0
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is not None:
@@ -60,6 +71,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.fixturenames.append("model_dir")
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+            # One process per file (or per shared run) when the slow tier runs in parallel.
+            shared = "completed_run" in item.fixturenames
+            item.add_marker(pytest.mark.xdist_group("completed_run" if shared else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture
@@ -106,8 +120,10 @@ def default_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return Path(given)
     from mcp_rl.models import resolve_model
 
-    home = tmp_path_factory.mktemp("model-home")
-    return resolve_model(Settings.from_env({"MCP_RL_HOME": str(home)}), "default")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the session's worker processes: converted once (models.py locks it)
+    return resolve_model(Settings.from_env({"MCP_RL_HOME": str(root / "model-home")}), "default")
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,8 @@ class BatchSampling(Protocol):
 
     def sample_batch(self, requests: list[SamplingRequest]) -> list[list[SampledSequence]]: ...
 
+    def top_logprobs(self, prompt: list[int], completion: list[int], k: int) -> list[list[tuple[int, float]]]: ...
+
 
 @dataclass
 class BatcherStats:
@@ -96,6 +98,10 @@ class BatchingSampler(Sampler):
         """The most requests one batch can hold (each asks for at least one sample): how many
         the inference server should let through to `sample()` at once."""
         return self.max_sequences
+
+    def top_logprobs(self, prompt: list[int], completion: list[int], k: int) -> list[list[tuple[int, float]]]:
+        """Straight to the backend: one forward, rare (asked for by a client), not batched."""
+        return self.backend.top_logprobs(prompt, completion, k)
 
     def sample(self, request: SamplingRequest) -> list[SampledSequence]:
         future: Future[list[SampledSequence]] = Future()

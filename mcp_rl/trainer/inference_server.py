@@ -59,6 +59,9 @@ class TokenGenerateRequest(BaseModel):
 # The context a prompt plus its completion may fill, reported as vLLM's `max_model_len` on
 # /v1/models (renderers refuses longer prompts before sending them).
 DEFAULT_MAX_MODEL_LEN = 8192
+# OpenAI's own limits on how many alternatives a position may list.
+MAX_CHAT_TOP = 20
+MAX_COMPLETION_TOP = 5
 
 
 class CompletionRequest(BaseModel):
@@ -153,6 +156,21 @@ class InferenceService:
             seed=seed,
         )
         return self.sampler.sample(request)
+
+    def _top(self, prompt: list[int], tokens: list[int], k: int, limit: int) -> list[list[tuple[int, float]]] | None:
+        """The `k` most likely tokens at each position of a sampled completion (None: k is 0)."""
+        if isinstance(k, bool) or not 0 <= k <= limit:
+            raise ValueError(f"top logprobs must be between 0 and {limit}, got {k}")
+        if k == 0:
+            return None
+        try:
+            return self.sampler.top_logprobs(prompt, tokens, k)
+        except NotImplementedError as exc:
+            raise ValueError(f"{exc}: ask without top logprobs") from None
+
+    def _entry(self, token: int, logprob: float) -> dict[str, Any]:
+        piece = self.tokenizer.decode([token])
+        return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
 
     # --- SGLang /generate ------------------------------------------------------------------
     def generate(self, req: GenerateRequest) -> dict[str, Any] | list[dict[str, Any]]:
@@ -257,16 +275,20 @@ class InferenceService:
         choices = []
         for i, seq in enumerate(seqs):
             choice: dict[str, Any] = {"index": i, "text": self._decode(seq.tokens), "finish_reason": seq.finish_reason}
-            if req.logprobs:
+            if req.logprobs is not None and req.logprobs is not False:
                 pieces = [self.tokenizer.decode([t]) for t in seq.tokens]
                 offsets, pos = [], 0
                 for piece in pieces:
                     offsets.append(pos)
                     pos += len(piece)
+                # `logprobs: N` asks for the N most likely tokens at each position too.
+                top = self._top(prompt, seq.tokens, int(req.logprobs), MAX_COMPLETION_TOP)
                 choice["logprobs"] = {
                     "tokens": pieces,
                     "token_logprobs": seq.logprobs,
-                    "top_logprobs": None,
+                    "top_logprobs": [dict((self.tokenizer.decode([t]), lp) for t, lp in row) for row in top]
+                    if top is not None
+                    else None,
                     "text_offset": offsets,
                     "token_ids": seq.tokens,
                 }
@@ -284,6 +306,8 @@ class InferenceService:
 
     # --- OpenAI /v1/chat/completions -------------------------------------------------------
     def chat_completions(self, req: ChatRequest) -> dict[str, Any]:
+        if req.top_logprobs is not None and not req.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
         messages = [{"role": m.get("role", "user"), "content": _content_text(m.get("content"))} for m in req.messages]
         prompt = chat_prompt_tokens(self.tokenizer, messages)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -306,14 +330,15 @@ class InferenceService:
             }
             if req.logprobs:
                 content = []
-                for tok, lp in zip(seq.tokens, seq.logprobs, strict=True):
+                top = self._top(prompt, seq.tokens, req.top_logprobs or 0, MAX_CHAT_TOP) or [[] for _ in seq.tokens]
+                for tok, lp, best in zip(seq.tokens, seq.logprobs, top, strict=True):
                     piece = self.tokenizer.decode([tok])
                     content.append(
                         {
                             "token": piece,
                             "logprob": lp,
                             "bytes": list(piece.encode("utf-8")),
-                            "top_logprobs": [],
+                            "top_logprobs": [self._entry(t, v) for t, v in best],
                             "token_id": tok,
                         }
                     )

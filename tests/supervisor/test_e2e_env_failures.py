@@ -22,9 +22,10 @@ ENV_PATHS = str(FIXTURES / "envs" / "failing")
 # The supervisor and trainer run from the run folder: this checkout's code, not an installed one.
 CHECKOUT = {"MCP_RL_ENV_PATHS": ENV_PATHS, "PYTHONPATH": str(REPO)}
 FAIL_AFTER_FIRST_FAILURE_S = 60.0
-# From rl_start_training, start-up included (the bound is 120 s; start-up on a loaded
-# 2-core machine took 95 s of the 106 s measured, so the bound here leaves room for load).
-FAIL_WITHIN_S = 240.0
+# From rl_start_training, start-up included: the bound is 120 s; measured 87 s on 2 quiet
+# cores (the step-0 held-out evaluation by the environment's own evaluate() is 56 s of it), 246 s
+# beside another slow test on the same 2 cores, so the bound here leaves room for that load.
+FAIL_WITHIN_S = 300.0
 
 
 async def _start(client: Client, name: str) -> str:

@@ -95,6 +95,28 @@ def test_openai_sdk_chat_and_completions(server: str) -> None:
     text = client.completions.create(model="default", prompt="1, 2, 3,", max_tokens=4, logprobs=1)
     assert len(text.choices) == 1 and text.choices[0].logprobs is not None
     assert len(text.choices[0].logprobs.token_logprobs) == len(text.choices[0].logprobs.tokens)
+    # The alternatives asked for: greedy picks the most likely token, listed first of k, most likely first.
+    greedy = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "2 + 3"}],
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = greedy.choices[0].logprobs.content
+    assert content and all(len(c.top_logprobs) == 3 for c in content)
+    for c in content:
+        assert c.top_logprobs[0].token == c.token
+        assert [t.logprob for t in c.top_logprobs] == sorted((t.logprob for t in c.top_logprobs), reverse=True)
+    two = client.completions.create(model="default", prompt="1, 2, 3,", max_tokens=3, temperature=0, logprobs=2)
+    tops = two.choices[0].logprobs.top_logprobs
+    assert tops is not None and len(tops) == len(two.choices[0].logprobs.tokens) and all(len(t) == 2 for t in tops)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": "x"}], max_tokens=2, logprobs=True, top_logprobs=21
+        )
+    assert "between 0 and 20" in refused.value.response.text
 
 
 def test_greedy_is_deterministic_and_max_tokens_holds(server: str) -> None:

@@ -13,6 +13,7 @@ smoke tests in `process` mode; the completion text is tokenized locally).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections.abc import Callable
@@ -38,6 +39,10 @@ _ANSWER = re.compile(r"^\s*(-?\d+)\s*\.?\s*$")
 def default_tokenizer() -> str:
     """The embedded model's folder in the mcp-rl state dir (run.yaml always sets it anyway)."""
     return str(default_model_dir(Settings.from_env()))
+
+
+# Held-out requests in flight at once in evaluate() (the server batches what arrives together).
+EVAL_CONCURRENCY = 64
 
 
 class ArithmeticEnvConfig(BaseEnvConfig):
@@ -319,14 +324,20 @@ class ArithmeticEnv(BaseEnv):
 
     # --- evaluation and logging -------------------------------------------------------------
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Greedy answers on the held-out problems -> eval/percent_correct."""
-        correct = 0.0
-        for problem in self.eval_problems:
-            rollouts = await self._rollouts(
-                build_messages(problem, self.config.few_shot), 1, temperature=0.0, split="eval"
-            )
-            correct += score_answer(rollouts[0][3], problem["answer"]) if rollouts else 0.0
-        self.eval_metrics.append(("eval/percent_correct", correct / len(self.eval_problems)))
+        """Greedy answers on the held-out problems -> eval/percent_correct. The requests go out
+        together (at most EVAL_CONCURRENCY at a time), so a batching server answers them in a few
+        batches: one at a time, 201 problems took 114 s on 2 cores instead of seconds."""
+        gate = asyncio.Semaphore(EVAL_CONCURRENCY)
+
+        async def one(problem: dict[str, Any]) -> float:
+            async with gate:
+                rollouts = await self._rollouts(
+                    build_messages(problem, self.config.few_shot), 1, temperature=0.0, split="eval"
+                )
+            return score_answer(rollouts[0][3], problem["answer"]) if rollouts else 0.0
+
+        scores = await asyncio.gather(*(one(problem) for problem in self.eval_problems))
+        self.eval_metrics.append(("eval/percent_correct", sum(scores) / len(self.eval_problems)))
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         await super().wandb_log(with_accuracy(wandb_metrics, self._correct_buffer, self.eval_metrics))

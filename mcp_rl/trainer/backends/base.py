@@ -94,6 +94,13 @@ class Sampler(ABC):
     def sample(self, request: SamplingRequest) -> list[SampledSequence]:
         """`request.n` completions of `request.prompt_tokens` from the current weights."""
 
+    def top_logprobs(self, prompt: list[int], completion: list[int], k: int) -> list[list[tuple[int, float]]]:
+        """For each token of `completion` after `prompt`: the `k` most likely tokens at that
+        position under the current weights (the model's own distribution, temperature 1), each
+        with its logprob, most likely first. Backends that cannot say raise NotImplementedError
+        (the inference server then refuses top_logprobs with a 400)."""
+        raise NotImplementedError("this backend does not report top logprobs")
+
 
 class TrainingBackend(Sampler):
     """A policy that can be sampled, trained with an importance-sampling loss and saved."""

@@ -159,6 +159,22 @@ class LocalBackend(TrainingBackend):
                 return [self._decode([r], [p])[0] for r, p in zip(requests, prefills, strict=True)]
             return self._decode(requests, prefills)
 
+    def top_logprobs(self, prompt: list[int], completion: list[int], k: int) -> list[list[tuple[int, float]]]:
+        """One teacher-forced forward over prompt + completion (asked for by an OpenAI client's
+        top_logprobs; sampling itself keeps only the chosen token's logprob)."""
+        if not completion or k <= 0:
+            return [[] for _ in completion]
+        torch = self._torch
+        weights = self._weights.shared() if self.sample_beside_training else self._weights.exclusive()
+        with self._sampling, weights, torch.no_grad():
+            ids = torch.tensor([prompt + completion[:-1]], device=self.device)
+            logits = self.model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1 :, :].float()
+            best = torch.log_softmax(logits, dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
+        return [
+            [(int(t), float(v)) for t, v in zip(tokens, values, strict=True)]
+            for tokens, values in zip(best.indices.tolist(), best.values.tolist(), strict=True)
+        ]
+
     def sample_greedy(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Greedy completions of many prompts in one batch (held-out evaluation): their shared
         prefix computed once, one forward for the rest (mcp_rl.evaluation.local_greedy), through
