@@ -838,7 +838,3 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
             ),
         ),
     )
-
-
-def snapshot_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)

@@ -3,18 +3,14 @@
 The recipe (GEM's Tinker example): every turn of an episode is one transition (observation ->
 action -> reward); its return is the discounted sum of the rewards from that turn on,
 `G_t = r_t + gamma * G_{t+1}`; optionally the returns of all transitions trained together are
-normalised to zero mean and unit standard deviation ("ReBN", return batch normalisation); the
-(normalised) return is the advantage of every action token of the transition.
+normalised to zero mean and unit standard deviation ("ReBN", return batch normalisation, done by
+the trainer over the step's whole batch: trainer/advantages.rebn); the (normalised) return is the
+advantage of every action token of the transition.
 """
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Sequence
-
-# The recipe adds this to the standard deviation (torch: `returns.std() + 1e-9`).
-REBN_EPS = 1e-9
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
@@ -27,20 +23,6 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
         running = float(rewards[t]) + gamma * running
         returns[t] = running
     return returns
-
-
-def normalize_returns(returns: Sequence[float], eps: float = REBN_EPS) -> list[float]:
-    """ReBN: `(G - mean) / (std + eps)` over the given transitions, std with Bessel's correction
-    (as torch's default). Fewer than two values, or all equal: all zeros (no signal to rank)."""
-    n = len(returns)
-    if n < 2:
-        return [0.0] * n
-    mean = sum(returns) / n
-    var = sum((g - mean) ** 2 for g in returns) / (n - 1)
-    std = math.sqrt(var)
-    if std == 0.0:
-        return [0.0] * n
-    return [(g - mean) / (std + eps) for g in returns]
 
 
 def training_rewards(rewards: Sequence[float], success_reward: float, partial_credit: bool) -> list[float]:
@@ -58,29 +40,8 @@ def episode_success(rewards: Sequence[float], success_reward: float) -> bool:
     return bool(rewards) and float(rewards[-1]) >= success_reward
 
 
-def choose_transitions(total: int, wanted: int, rng: random.Random) -> list[int]:
-    """Indices (in order) of `wanted` transitions out of `total`: all of them when they fit,
-    else a uniform sample — dropping the surplus at random instead of the last turns of the
-    last episode, which would bias the batch against late turns."""
-    if wanted >= total:
-        return list(range(total))
-    return sorted(rng.sample(range(total), wanted))
-
-
 def token_entropy_estimate(sampled_logprobs: Sequence[float]) -> float:
     """Monte-Carlo estimate of the policy's per-token entropy: `-mean(log p(sampled token))`."""
     if not sampled_logprobs:
         return 0.0
     return -sum(sampled_logprobs) / len(sampled_logprobs)
-
-
-def kl_sample_train(sampled_logprobs: Sequence[float], train_logprobs: Sequence[float]) -> tuple[float, float]:
-    """Two estimates of KL(sampler || learner) over the same action tokens, as the recipe logs
-    them: v1 = mean(logp_sample - logp_train), v2 = 0.5 * mean((logp_sample - logp_train)^2)."""
-    if len(sampled_logprobs) != len(train_logprobs):
-        raise ValueError("sampled and training logprobs must cover the same tokens")
-    if not sampled_logprobs:
-        return 0.0, 0.0
-    diffs = [s - t for s, t in zip(sampled_logprobs, train_logprobs, strict=True)]
-    n = len(diffs)
-    return sum(diffs) / n, 0.5 * sum(d * d for d in diffs) / n

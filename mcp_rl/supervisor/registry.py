@@ -111,11 +111,6 @@ CREATE TABLE IF NOT EXISTS run_events (
     cause TEXT
 );
 CREATE INDEX IF NOT EXISTS run_events_by_run ON run_events(run_id, id);
-CREATE TABLE IF NOT EXISTS run_status_checks (
-    run_id TEXT PRIMARY KEY,
-    checked_at REAL NOT NULL,
-    state TEXT NOT NULL
-);
 """
 
 
@@ -172,12 +167,6 @@ class EventRecord(BaseModel):
     subject: str  # "run" or a process name
     state: str
     cause: str | None = None
-
-
-class StatusCheck(BaseModel):
-    run_id: str
-    checked_at: float
-    state: RunState
 
 
 _RUN_FIELDS = frozenset(RunRecord.model_fields) - {"run_id"}
@@ -337,7 +326,8 @@ class Registry:
     def _has_schema(self) -> bool:
         with self._connect() as db:
             return (
-                db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_status_checks'").fetchone()
+                # The schema script's last statement: present only once all of it ran.
+                db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'run_events_by_run'").fetchone()
                 is not None
             )
 
@@ -536,24 +526,6 @@ class Registry:
             except ValidationError:
                 continue  # history only; the run's state is in its own row
         return events
-
-    @_guarded
-    def last_check(self, run_id: str) -> StatusCheck | None:
-        with self._connect() as db:
-            row = db.execute("SELECT * FROM run_status_checks WHERE run_id = ?", (run_id,)).fetchone()
-        try:
-            return StatusCheck.model_validate(dict(row)) if row else None
-        except ValidationError:
-            return None  # a damaged rate-limit record: the check is simply not rate-limited
-
-    @_guarded
-    def record_check(self, run_id: str, state: RunState, when: float) -> None:
-        with self._write() as db:
-            db.execute(
-                "INSERT INTO run_status_checks (run_id, checked_at, state) VALUES (?, ?, ?)"
-                " ON CONFLICT(run_id) DO UPDATE SET checked_at = excluded.checked_at, state = excluded.state",
-                (run_id, when, state.value),
-            )
 
 
 def _event(db: sqlite3.Connection, run_id: str, subject: str, state: str, cause: str | None, when: float) -> None:

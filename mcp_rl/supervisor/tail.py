@@ -42,12 +42,3 @@ def last_json_line(path: Path) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
     return None
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A small JSON file rewritten atomically by another process, or None if absent/unreadable."""
-    try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None

@@ -1,18 +1,12 @@
-"""Discounted returns and ReBN against hand-worked examples."""
+"""Discounted returns, rewards and success against hand-worked examples."""
 
 from __future__ import annotations
-
-import math
-import random
 
 import pytest
 
 from mcp_rl.environments.gem_returns import (
-    choose_transitions,
     discounted_returns,
     episode_success,
-    kl_sample_train,
-    normalize_returns,
     token_entropy_estimate,
     training_rewards,
 )
@@ -37,24 +31,6 @@ def test_discount_edges():
         discounted_returns([1.0], 1.5)
 
 
-def test_rebn_hand_worked():
-    # Returns 0.81, 0.9, 1.0, -0.1: mean 0.6525; deviations 0.1575, 0.2475, 0.3475, -0.7525;
-    # sum of squares 0.0248063 + 0.0612563 + 0.1207563 + 0.5662563 = 0.773075;
-    # sample variance 0.773075 / 3 = 0.2576917, std 0.5076334.
-    out = normalize_returns([0.81, 0.9, 1.0, -0.1])
-    expected = [d / 0.5076334 for d in (0.1575, 0.2475, 0.3475, -0.7525)]
-    assert out == pytest.approx(expected, rel=1e-5)
-    assert sum(out) == pytest.approx(0.0, abs=1e-9)
-    # Two values a, b normalise to -/+ 1/sqrt(2) (sample std = |a - b| / sqrt(2)).
-    assert normalize_returns([0.0, 1.0]) == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2)])
-
-
-def test_rebn_degenerate_cases_give_no_signal():
-    assert normalize_returns([]) == []
-    assert normalize_returns([0.7]) == [0.0]
-    assert normalize_returns([0.3, 0.3, 0.3]) == [0.0, 0.0, 0.0]
-
-
 def test_success_is_the_winning_reward_on_the_last_turn():
     assert episode_success([0.0, 0.0, 1.0], 1.0)
     # Partial credit at the turn limit (1 - distance/range) is not a win.
@@ -77,18 +53,6 @@ def test_without_partial_credit_only_wins_and_penalties_pay():
     assert discounted_returns(training_rewards(near_miss, 1.0, False), 0.9) == [0.0] * 4
 
 
-def test_choose_transitions_keeps_order_and_count():
-    rng = random.Random(0)
-    assert choose_transitions(5, 8, rng) == [0, 1, 2, 3, 4]
-    picked = choose_transitions(20, 8, rng)
-    assert len(picked) == 8 and picked == sorted(set(picked)) and all(0 <= i < 20 for i in picked)
-
-
-def test_entropy_and_kl_estimates():
+def test_entropy_estimate():
     assert token_entropy_estimate([-0.5, -1.5]) == pytest.approx(1.0)
     assert token_entropy_estimate([]) == 0.0
-    # diffs 0.1 and -0.3: v1 = -0.1, v2 = 0.5 * (0.01 + 0.09) / 2 = 0.025.
-    v1, v2 = kl_sample_train([-1.0, -2.0], [-1.1, -1.7])
-    assert v1 == pytest.approx(-0.1) and v2 == pytest.approx(0.025)
-    with pytest.raises(ValueError):
-        kl_sample_train([-1.0], [])

@@ -99,16 +99,6 @@ def test_processes_and_active_ports(tmp_path: Path) -> None:
     ]
 
 
-def test_status_checks_are_recorded(tmp_path: Path) -> None:
-    reg = Registry(tmp_path / "state.db")
-    reg.create_run(_record("a"))
-    assert reg.last_check("a") is None
-    reg.record_check("a", RunState.RUNNING, 10.0)
-    reg.record_check("a", RunState.COMPLETED, 20.0)
-    check = reg.last_check("a")
-    assert (check.checked_at, check.state) == (20.0, RunState.COMPLETED)
-
-
 def test_first_openers_racing_on_a_fresh_file_all_get_a_working_registry(tmp_path: Path) -> None:
     # The server's reconciler and its first tool call open a new state.db at the same moment.
     errors: list[BaseException] = []
