@@ -22,7 +22,7 @@ import anyio
 from pydantic import BaseModel
 
 from mcp_rl import processes
-from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.atomic import write_text_atomic
 
 WORKER_FILE = "worker.json"
 POLL_S = 0.5

@@ -28,13 +28,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.config_check import check_whole_config
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
 from mcp_rl.environments.introspect_worker import IntrospectionWorker
 from mcp_rl.errors import NotFound, NotSelected, UserError, clip, clip_message
 from mcp_rl.locking import exclusive_lock
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings, write_text_atomic
+from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings, WandbSettings
 from mcp_rl.settings import Settings, configs_dir
 
 DERIVED = "derived"

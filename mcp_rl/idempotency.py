@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.errors import UserError
 from mcp_rl.locking import exclusive_lock
-from mcp_rl.runconfig import write_text_atomic
 
 KEY_TTL_S = 24 * 3600.0
 MAX_KEY_LENGTH = 200

@@ -8,17 +8,15 @@ keys reach the processes through their environment.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_rl.errors import DamagedState, clip_message
-
 # RunPaths is defined with the run folder; re-exported for run.yaml's readers.
+from mcp_rl.atomic import write_text_atomic
+from mcp_rl.errors import DamagedState, clip_message
 from mcp_rl.rundir import RunPaths as RunPaths
 
 Backend = Literal["local", "tinker"]
@@ -136,17 +134,3 @@ class RunConfig(BaseModel):
         env = dict(self.env, rollout_server_url=f"http://127.0.0.1:{api}")
         openai = [dict(server, base_url=f"http://127.0.0.1:{inference}/v1") for server in self.openai]
         return self.model_copy(update={"ports": Ports(api=api, inference=inference), "env": env, "openai": openai})
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

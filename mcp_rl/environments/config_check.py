@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_json_child
 from mcp_rl.environments.introspect_worker import IntrospectionWorker, WorkerError, introspection_env
 from mcp_rl.errors import UserError
-from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
+from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 
 # has_validators by _key, for this process (tests and a long-lived server ask once per file).

@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.locking import LockTimeout, exclusive_lock
 from mcp_rl.processes import reap_in_background, spawn
 from mcp_rl.settings import Settings
@@ -109,9 +110,7 @@ def _read(path: Path) -> dict[str, object]:
 
 
 def _write(path: Path, data: dict[str, object]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data))
 
 
 def _log_tail(log: Path) -> str:

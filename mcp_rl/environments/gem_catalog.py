@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_json_child
 from mcp_rl.errors import NotFound, UserError
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import Settings, bundled_environments_dir
 
 DISTRIBUTION = "gem-llm"

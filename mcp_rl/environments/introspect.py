@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_json_child
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.discovery import SKIP_DIRS, EnvironmentInfo
@@ -29,7 +30,6 @@ from mcp_rl.environments.introspect_worker import (
 )
 from mcp_rl.environments.loader import package_location
 from mcp_rl.errors import UserError
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import Settings
 
 # Bump when the child's output format changes, so stale cache entries are not trusted.

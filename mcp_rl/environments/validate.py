@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.errors import UserError
 from mcp_rl.models import default_model_dir, is_hf_model_dir
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import Settings
 
 VALIDATIONS_DIR = "validations"

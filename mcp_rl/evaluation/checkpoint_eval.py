@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_rl import background
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.costs.evaluation import EvaluationEstimate, ItemStats, estimate_evaluation, evaluation_cost, price_models
 from mcp_rl.errors import UnknownId, UserError
@@ -50,7 +51,6 @@ from mcp_rl.run_checkpoints import (
     resolve_checkpoint,
     resolve_ref,
 )
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings
 

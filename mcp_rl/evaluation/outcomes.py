@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.rundir import EVAL_DIR, read_jsonl
 
 # A completion longer than this is cut in the file (the score was taken on the whole text).
@@ -84,10 +85,7 @@ def aggregate_file(run_dir: Path, step: int) -> Path:
 
 def write_aggregate(run_dir: Path, aggregate: AggregateScore) -> None:
     path = aggregate_file(run_dir, aggregate.step)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(aggregate.model_dump_json(), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, aggregate.model_dump_json())
 
 
 def read_aggregates(run_dir: Path) -> list[AggregateScore]:

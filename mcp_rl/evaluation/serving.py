@@ -26,12 +26,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.errors import McpRlError, NotFound, UserError
 from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.processes import Ended, identify, is_alive, marker_for, spawn, stop
 from mcp_rl.run_checkpoints import CheckpointRef
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 
 SERVED_DIR = "served"

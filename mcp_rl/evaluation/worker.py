@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.costs.evaluation import CHUNK_ITEMS, ModelPricing, cap_stop, evaluation_cost
 from mcp_rl.evaluation.checkpoint_models import (
     OUTCOMES_DIR,
@@ -52,7 +53,6 @@ from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S
 from mcp_rl.evaluation.heldout import HeldOutSet, held_out_set
 from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.settings import Settings
 
 log = logging.getLogger("mcp_rl.evaluation.worker")

@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.background import WORKER_FILE, WorkerRecord  # noqa: F401  (re-exported: the test worker's record)
 from mcp_rl.model_specs import ModelSpec, Provider
-from mcp_rl.runconfig import EnvironmentRef, write_text_atomic
+from mcp_rl.runconfig import EnvironmentRef
 
 # over_budget: the model used up its request or token budget and was stopped (see usage).
 ModelState = Literal["pending", "running", "succeeded", "failed", "timed_out", "over_budget", "cancelled"]

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.gateway import Budgets, Gateway, Lane, Preflight, preflight
@@ -55,7 +56,6 @@ from mcp_rl.model_specs import ModelSpec
 from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports
 from mcp_rl.processes import identify, spawn, stop_group
-from mcp_rl.runconfig import write_text_atomic
 from mcp_rl.rundir import ENV_HEALTH_FILE, read_env_health
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 

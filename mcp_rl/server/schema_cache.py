@@ -30,7 +30,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.utilities import func_metadata
 from pydantic import BaseModel
 
-from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from mcp_rl import processes
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.config import RunOptions, Session, build_run_config, resolve_run_options
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import DamagedState, LaunchError, NotFound, UnknownId, UserError, clip
@@ -29,7 +30,7 @@ from mcp_rl.metrics import store
 from mcp_rl.metrics.signal import WINDOW_STEPS as SIGNAL_WINDOW_STEPS
 from mcp_rl.metrics.signal import learning_signal, with_held_out
 from mcp_rl.ports import port_is_free
-from mcp_rl.runconfig import RunConfig, write_text_atomic
+from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     COST_STEP_USD_KEY,
     COST_TOTAL_USD_KEY,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.runconfig import write_text_atomic
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.rundir import (
     ROLLOUTS_FILE,
     STEP_KEY,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from mcp_rl.atomic_dir import replace_dir, temp_sibling
+from mcp_rl.atomic import replace_dir, temp_sibling
 from mcp_rl.errors import UserError
 from mcp_rl.models import hub_id_of
 from mcp_rl.rundir import METRICS_FILE, read_jsonl

@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl import background, processes
-from mcp_rl.atomic_dir import recover_aside
+from mcp_rl.atomic import recover_aside, write_text_atomic
 from mcp_rl.costs.exports import ExportCost, export_cost
 from mcp_rl.errors import UnknownId, UserError
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
@@ -76,9 +76,7 @@ def exports_dir(settings: Settings) -> Path:
 
 
 def write_status(job_dir: Path, status: ExportStatus) -> None:
-    tmp = job_dir / f".{STATUS_FILE}.tmp-{os.getpid()}"
-    tmp.write_text(status.model_dump_json(indent=1), encoding="utf-8")
-    os.replace(tmp, job_dir / STATUS_FILE)
+    write_text_atomic(job_dir / STATUS_FILE, status.model_dump_json(indent=1))
 
 
 def read_status(settings: Settings, export_id: str) -> ExportStatus:

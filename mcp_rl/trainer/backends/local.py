@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.atomic_dir import replace_dir, temp_sibling
+from mcp_rl.atomic import replace_dir, temp_sibling
 from mcp_rl.trainer.backends.base import (
     AdamParams,
     ForwardBackwardResult,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcp_rl.atomic_dir import aside_sibling, recover_aside, replace_dir, temp_sibling
+from mcp_rl.atomic import aside_sibling, recover_aside, replace_dir, temp_sibling
 
 
 def _folder(path: Path, text: str) -> Path:

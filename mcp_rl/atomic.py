@@ -1,16 +1,33 @@
-"""Folders that appear whole: built beside their destination, then renamed in.
+"""Files and folders that appear whole: written beside their destination, then renamed in.
 
-Checkpoints and exports are written into a temporary sibling (same filesystem, so `os.replace`
-is atomic) and only then put in place; a reader sees the old folder or the new one, never a mix,
-and a failure leaves the old one where it was.
+A state file (`write_text_atomic`) and a checkpoint or export folder (`temp_sibling`,
+`replace_dir`, ...) are written into a temporary sibling (same filesystem, so `os.replace` is
+atomic) and only then put in place; a reader sees the old one or the new one, never a mix or
+half, and a failure leaves the old one where it was.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` as the whole of `path`: a temporary sibling, flushed to disk, renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def temp_sibling(target: Path) -> Path:
