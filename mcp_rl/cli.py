@@ -173,7 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--home", default=None, help="state directory for the demo (default: a new folder under MCP_RL_HOME/demos)"
     )
-    demo.add_argument("--steps", type=int, default=None, help="training steps (default: a short run)")
+    demo.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps (default: the shipped 30 steps of 32 sequences; N: a short run of N steps of 8)",
+    )
     demo.set_defaults(func=_demo)
 
     new_env = sub.add_parser(

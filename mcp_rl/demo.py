@@ -33,8 +33,10 @@ from mcp_rl.processes import stop
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 
 ENVIRONMENT = "arithmetic"
-DEFAULT_STEPS = 6
-# Small enough for a 2-core CPU; group_size completions per prompt give GRPO its signal.
+# The shipped local defaults (30 steps of 8 problems x 4 answers): the run ends with a held-out
+# gain at p < 0.01 in most runs (README "Did it learn?"); 6 steps of 2 problems did not prove one.
+DEFAULT_STEPS = 30
+# --steps N: a short run, small enough for a test on a 2-core CPU.
 RUN_EDITS = {"batch_size": 8, "group_size": 4}
 SMOKE_TEST = {"models": ["local"], "num_steps": 1, "group_size": 4}
 STATUS_POLL_S = 1.0
@@ -134,10 +136,11 @@ class Demo:
 
     TOTAL = 7
 
-    def __init__(self, client: Any, printer: Printer, steps: int, home: Path) -> None:
+    def __init__(self, client: Any, printer: Printer, steps: int, home: Path, short: bool = False) -> None:
         self.client = client
         self.p = printer
         self.steps = steps
+        self.short = short  # --steps N given: a short run of N small steps
         self.home = home
         self.run_id: str | None = None
         self.run_state: str | None = None
@@ -169,10 +172,13 @@ class Demo:
             self.TOTAL,
             f"rl_select_environment({ENVIRONMENT!r}): {selected['configurable_fields']} configurable fields",
         )
-        edits = {"total_steps": self.steps, **RUN_EDITS}
+        edits = {"total_steps": self.steps, **RUN_EDITS} if self.short else {}
         for field, value in edits.items():
             await call(self.client, "rl_edit_config", {"field": field, "value": value})
-        self.p.detail("rl_edit_config: " + ", ".join(f"{k}={v}" for k, v in edits.items()) + " (a short run)")
+        if edits:
+            self.p.detail("rl_edit_config: " + ", ".join(f"{k}={v}" for k, v in edits.items()) + " (a short run)")
+        else:
+            self.p.detail("the shipped defaults: no rl_edit_config needed")
         current = await call(self.client, "rl_get_current_config")
         options = {o["name"]: o.get("current_value") for o in current.get("run_options", [])}
         self.p.detail(
@@ -289,6 +295,10 @@ class Demo:
             self.p.detail(
                 f"  step {point['step']:>2}  reward {_fmt(point.get('reward_mean'))}  loss {_fmt(point.get('loss'), 4)}"
             )
+        held_out = data.get("held_out") or {}
+        if held_out.get("sentence"):
+            # Did it learn: the base against the trained model on the same held-out problems.
+            self.p.detail(f"held-out: {held_out['sentence']}")
         weights = data.get("weights") or {}
         if weights.get("sampler_weights"):
             self.p.detail(f"weights (LoRA adapter): {weights['sampler_weights']}")
@@ -394,7 +404,7 @@ async def _run(options: DemoOptions, printer: Printer) -> int:
         signals_tg.start_soon(on_signals)
         try:
             async with Client(params, read_timeout_seconds=300) as client:
-                demo = Demo(client, printer, steps, home)
+                demo = Demo(client, printer, steps, home, short=options.steps is not None)
                 with work:
                     try:
                         await demo.connect()
