@@ -43,6 +43,7 @@ from mcp_rl.rundir import (
     TrainerStatus,
     read_trainer_status,
 )
+from mcp_rl.supervisor.launchers.base import SUBMISSION_FILE, Submission
 from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, TERMINAL_STATES, ProcState, RunState
 
 if TYPE_CHECKING:
@@ -634,6 +635,9 @@ def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]]
     status = read_trainer_status(run_dir / TRAINER_STATUS_FILE).status or TrainerStatus()
     phase, step, heartbeat = status.phase, status.step, status.heartbeat
     supervisor = (_live_supervisors() if supervisors is None else supervisors).get(str(run_dir))
+    job = _submitted_job(run_dir)
+    if job is not None:
+        fields.update(launcher=job.launcher, job_id=job.job_id, job_address=job.address)
     ended_at: float | None = None
     if phase in _ENDED_BY_PHASE:
         state = _ENDED_BY_PHASE[phase]
@@ -644,6 +648,10 @@ def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]]
     elif supervisor is not None:
         state = RunState.RUNNING if phase else RunState.STARTING
         cause = f"{REBUILT_CAUSE}; its supervisor (pid {supervisor[0]}) is still running"
+    elif job is not None and job.job_id is not None:
+        # Its supervisor runs in a cluster job: the scheduler says (at the next status) whether it still goes.
+        state = RunState.RUNNING if phase else RunState.STARTING
+        cause = f"{REBUILT_CAUSE}; its {job.launcher} job {job.job_id} is asked how it goes"
     else:
         state = RunState.FAILED
         last = f" (last trainer phase '{phase}', step {step})" if phase else ""
@@ -665,6 +673,14 @@ def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]]
         supervisor_create_time=supervisor[1] if supervisor else None,
         **fields,
     )
+
+
+def _submitted_job(run_dir: Path) -> Submission | None:
+    """The cluster job a run was submitted as (its launcher's submission.json), if any."""
+    try:
+        return Submission.model_validate_json((run_dir / SUBMISSION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _first_written(run_dir: Path) -> float:

@@ -298,7 +298,8 @@ def _submit_job(
         raise
     registry.update_run(run_id, job_id=job_id)
     registry.record_event(run_id, "run", "submitted", f"{launcher.name} job {job_id}")
-    submission = submission.model_copy(update={"job_id": job_id})
+    # Written down in the run folder: a registry rebuilt from the folders finds the job again.
+    submission = submission.model_copy(update={"job_id": job_id, "address": launcher.address})
     write_text_atomic(run_dir / SUBMISSION_FILE, submission.model_dump_json(indent=2))
     return submission
 

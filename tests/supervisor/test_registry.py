@@ -304,3 +304,22 @@ def test_a_run_whose_supervisor_still_runs_is_rebuilt_as_running(tmp_path: Path)
     finally:
         standin.stdin.close()
         standin.wait(10)
+
+
+def test_a_rebuilt_cluster_run_finds_its_job_again_from_its_submission(tmp_path: Path) -> None:
+    from mcp_rl.supervisor.launchers.base import SUBMISSION_FILE, Submission
+
+    settings = Settings.from_env(make_env(tmp_path / "home"))
+    run_dir = write_run(settings, "on-ray", 3, state=None)  # trainer phase "training", no row yet
+    submission = Submission(
+        launcher="ray",
+        job_id="raysubmit_abc",
+        command="POST /api/jobs/",
+        python=sys.executable,
+        address="127.0.0.1:8265",
+    )
+    (run_dir / SUBMISSION_FILE).write_text(submission.model_dump_json())
+    run = registry_for(settings).get_run("on-ray")
+    # Not failed for want of a local supervisor: its job is on the cluster, and the scheduler is asked.
+    assert (run.launcher, run.job_id, run.job_address) == ("ray", "raysubmit_abc", "127.0.0.1:8265")
+    assert run.state == RunState.RUNNING and run.on_cluster and "ray job raysubmit_abc" in (run.cause or "")

@@ -71,6 +71,9 @@ class Submission(BaseModel):
     command: str = Field(description="The exact submission, as a shell command or an HTTP request.")
     script: str | None = Field(default=None, description="The batch script submitted (Slurm).")
     python: str = Field(description="The interpreter the job runs the supervisor with, on the cluster.")
+    address: str | None = Field(
+        default=None, description="Where the scheduler is asked (Ray's dashboard address); None: this machine's."
+    )
 
 
 class ClusterLauncher(Protocol):
