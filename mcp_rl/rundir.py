@@ -421,6 +421,29 @@ def read_jsonl_tail(path: Path, rows: int, max_bytes: int = 256_000) -> list[dic
     return found[-rows:]
 
 
+def read_jsonl_head(path: Path, rows: int, max_bytes: int = 64_000) -> list[dict[str, Any]]:
+    """The first `rows` complete JSON object lines of `path`, from at most its first `max_bytes`
+    (a damaged line is skipped)."""
+    if rows <= 0:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes)
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if len(data) == max_bytes:
+        lines = lines[:-1]  # ends mid-line
+    found: list[dict[str, Any]] = []
+    for line in lines:
+        row = _parse(line) if line.strip() else None
+        if row is not None:
+            found.append(row)
+            if len(found) == rows:
+                break
+    return found
+
+
 def _parse_all(lines: list[str]) -> list[dict[str, Any]]:
     """All lines as one JSON array (twice as fast as line by line); [] if any line is not an
     object on its own, and the caller then parses line by line to skip just the bad ones."""

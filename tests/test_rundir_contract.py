@@ -23,6 +23,7 @@ from mcp_rl.rundir import (
     REWARD_KEY,
     RunPaths,
     TrainerPhase,
+    read_jsonl_head,
     read_jsonl_tail,
 )
 from mcp_rl.settings import Settings
@@ -194,3 +195,14 @@ def test_the_tail_of_a_long_jsonl_is_read_from_its_end_skipping_damage(tmp_path:
     short = tmp_path / "short.jsonl"
     short.write_text('{"step": 1}\n{"step": 2}\n')
     assert read_jsonl_tail(short, 5) == [{"step": 1}, {"step": 2}]
+
+
+def test_the_head_of_a_long_jsonl_is_read_from_its_start_skipping_damage(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [f'{{"step": {step}, "pad": "{"x" * 200}"}}' for step in range(1, 20001)]
+    lines[1] = "{damaged"
+    path.write_text("\n".join(lines) + "\n")
+    assert [row["step"] for row in read_jsonl_head(path, 4)] == [1, 3, 4, 5]
+    # Bounded: a line cut by the bound is not read, nothing past it either.
+    assert [row["step"] for row in read_jsonl_head(path, 5, max_bytes=500)] == [1, 3]
+    assert read_jsonl_head(tmp_path / "missing.jsonl", 5) == [] and read_jsonl_head(path, 0) == []

@@ -13,6 +13,7 @@ the benches all import it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -337,3 +338,38 @@ def unpaired_comparison(
         sentence=f"On {n} {items} {head}, 95 % CI {max(-1.0, low):+.2f} to {min(1.0, high):+.2f}; "
         f"unpaired two-proportion z-test {format_p(p_value)}: the environment reports no per-item outcomes)",
     )
+
+
+# --- a rise between two windows of steps -------------------------------------------------------
+PERMUTATION_TEST = "exact permutation test (one-sided)"
+UNPAIRED_BOOTSTRAP_CI = "unpaired bootstrap percentile"
+PERMUTATION_EXACT_MAX = 12  # values in both groups: C(12, 6) = 924 splits at most
+
+
+def permutation_p_greater(before: Sequence[float], after: Sequence[float]) -> float:
+    """One-sided exact p that `after` is larger: the share of all splits of the pooled values into
+    groups of these sizes whose `after` part sums at least as high as the one observed (ties
+    count for the null). For small groups only (a window of a few steps)."""
+    values = [*_checked(before, "before"), *_checked(after, "after")]
+    if not before or not after or len(values) > PERMUTATION_EXACT_MAX:
+        raise ValueError(
+            f"permutation_p_greater takes 1 to {PERMUTATION_EXACT_MAX} values in all, both sides non-empty"
+        )
+    observed = math.fsum(after) - 1e-12
+    splits = list(itertools.combinations(values, len(after)))
+    return sum(1 for split in splits if math.fsum(split) >= observed) / len(splits)
+
+
+def bootstrap_difference_interval(
+    before: Sequence[float], after: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """95 % percentile interval of mean(after) - mean(before), each group resampled on its own
+    with a fixed seed."""
+    rng = random.Random(seed)
+    a, b = list(after), list(before)
+    diffs = sorted(
+        math.fsum(rng.choices(a, k=len(a))) / len(a) - math.fsum(rng.choices(b, k=len(b))) / len(b)
+        for _ in range(resamples)
+    )
+    alpha = (1 - CONFIDENCE) / 2
+    return _quantile(diffs, alpha), _quantile(diffs, 1 - alpha)

@@ -47,6 +47,7 @@ from mcp_rl.rundir import (
     TIME_KEY,
     is_run_id,
     read_env_health,
+    read_jsonl_head,
     read_jsonl_tail,
 )
 from mcp_rl.settings import Settings
@@ -413,7 +414,15 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
     held_out = held_out_summary(run_dir)
     if held_out is not None:
         message += f" {held_out.sentence}."
-    signal = with_held_out(learning_signal(read_jsonl_tail(run_dir / METRICS_FILE, SIGNAL_WINDOW_STEPS)), held_out)
+    metrics_file = run_dir / METRICS_FILE
+    # The head too: the warning compares the latest steps with the first (a step 0 evaluation
+    # row may come first, hence the spare rows).
+    signal = with_held_out(
+        learning_signal(
+            read_jsonl_tail(metrics_file, SIGNAL_WINDOW_STEPS), read_jsonl_head(metrics_file, 2 * SIGNAL_WINDOW_STEPS)
+        ),
+        held_out,
+    )
     if signal is not None and signal.warning:
         message += f" {signal.warning}"
     if signal is not None and signal.held_out_flat:
