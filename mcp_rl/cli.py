@@ -140,6 +140,16 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(DemoOptions(home=args.home, steps=args.steps))
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 (e.g. 3600)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-rl", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     exported.add_argument("--dest", default=None, help="destination folder (refused if it exists, unless --overwrite)")
     exported.add_argument("--push-to-hub", default=None, metavar="REPO", help="also push to this Hub repo (user/name)")
     exported.add_argument("--overwrite", action="store_true", help="replace an existing destination")
+    exported.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=3600.0,
+        help="wait at most this many seconds (default 3600); the export then goes on in the background "
+        "(exit code 3) and rl_get_export_result collects it",
+    )
     exported.add_argument("--json", action="store_true", help="print the result as JSON")
     exported.set_defaults(func=_export)
 

@@ -1,10 +1,11 @@
 """`mcp-rl export RUN_ID [--step N] [--format adapter|merged] [--dest DIR] [--push-to-hub REPO]
-[--overwrite] [--json]`: the same export as rl_export_weights, waited for in the foreground."""
+[--overwrite] [--timeout S] [--json]`: the same export as rl_export_weights, waited for in the
+foreground up to a deadline (then it goes on in the background, and the answer says how to
+collect it)."""
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import anyio
@@ -13,6 +14,10 @@ from mcp_rl import background
 from mcp_rl.settings import Settings
 from mcp_rl.weights import jobs
 from mcp_rl.weights.jobs import ExportState
+
+# A merged export of a large model and its push can take long; an export past this is left running.
+DEFAULT_TIMEOUT_S = 3600.0
+STILL_RUNNING = 3  # exit code: the deadline passed, the export goes on
 
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
@@ -40,9 +45,15 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         background.wait_for_job,
         lambda: jobs.read_status(settings, export_id),
         lambda s: s.state == ExportState.RUNNING,
-        math.inf,
+        args.timeout,
         say_phase,
     )
     status.message = jobs.describe(status, tinker)
+    if status.state == ExportState.RUNNING:
+        status.message = (
+            f"Not done within --timeout {args.timeout:g} s; it goes on in the background. " + status.message
+        )
     print(status.model_dump_json(indent=2) if args.json else status.message)
+    if status.state == ExportState.RUNNING:
+        return STILL_RUNNING
     return 0 if status.state == ExportState.DONE else 1

@@ -80,3 +80,29 @@ async def test_export_tools_and_cli(home: Path, default_model: Path, adapter: Pa
     result = json.loads(out.stdout)["result"]
     assert Path(result["dest"]) == settings.runs_dir / "loc1" / "exports" / "step_000003-adapter"
     assert "adapter_model.safetensors" in result["files"]
+
+    # The foreground wait has a deadline: past it the export goes on and the answer says so.
+    late = subprocess.run(
+        [sys.executable, "-m", "mcp_rl", "export", "loc1", "--format", "merged", "--dest", str(tmp_path / "late")]
+        + ["--timeout", "0.05", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert late.returncode == 3, late.stderr[-2000:]
+    running = json.loads(late.stdout)
+    assert running["state"] == "running" and "Not done within --timeout 0.05 s" in running["message"]
+    assert f"rl_get_export_result(export_id={running['export_id']!r})" in running["message"]
+
+    from mcp_rl.background import wait_for_job
+    from mcp_rl.weights import jobs
+
+    final = await wait_for_job(
+        lambda: jobs.read_status(settings, running["export_id"]), lambda s: s.state == "running", 240.0
+    )
+    assert final.state == "done", final
+    refused = subprocess.run(
+        [sys.executable, "-m", "mcp_rl", "export", "loc1", "--timeout", "0"], env=env, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "not a number of seconds above 0" in refused.stderr
