@@ -47,8 +47,9 @@ def _serve(args: argparse.Namespace) -> int:
     from mcp_rl.settings import Settings
 
     if args.transport == "stdio":
-        server = build_server()
-        fast_start.done()
+        # The surface is registered while the server already answers (server/rl_server.py);
+        # the fast start ends when it is in.
+        server = build_server(after_registration=fast_start.done)
         try:
             server.run()
         except BaseException as exc:

@@ -1,7 +1,8 @@
 """What `mcp-rl serve` does to start faster: a host waits for it before the first `tools/list`.
 
-Between `begin()` and `done()` the server process imports the SDK and mcp_rl and builds the
-server. Two costs there do not buy anything at that point:
+Between `begin()` and `done()` the server process imports the SDK and mcp_rl, builds the server
+and registers its surface (on a worker thread while it already answers: server/rl_server.py).
+Two costs there do not buy anything at that point:
 
 * The cyclic garbage collector: importing and building makes ~100k long-lived objects and few
   cycles, so its passes over them were 90-170 ms of a start (measured) and freed ~8k objects.

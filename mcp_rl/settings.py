@@ -322,6 +322,14 @@ class Settings(BaseModel):
     def cache_dir(self) -> Path:
         return self.home / "cache"
 
+    @property
+    def evaluations_dir(self) -> Path:
+        return self.home / "evaluations"
+
+    @property
+    def exports_dir(self) -> Path:
+        return self.home / "exports"
+
     def ensure_home(self) -> None:
         for path in (self.home, self.runs_dir, self.tests_dir, self.models_dir, self.cache_dir):
             path.mkdir(parents=True, exist_ok=True)

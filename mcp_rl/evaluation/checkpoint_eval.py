@@ -54,14 +54,13 @@ from mcp_rl.run_checkpoints import (
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings
 
-EVALUATIONS_DIR = "evaluations"
 MAX_COMPARE = 4
 
 ProgressCallback = Callable[[float, float, str], Awaitable[None]]
 
 
 def evaluations_dir(settings: Settings) -> Path:
-    return settings.home / EVALUATIONS_DIR
+    return settings.evaluations_dir
 
 
 def _slug(model_id: str) -> str:

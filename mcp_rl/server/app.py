@@ -1,39 +1,23 @@
-"""Builds the MCP server: one `AppState` per server process, handed to each tool module.
+"""Builds the MCP server: an `RlServer` (server/rl_server.py) and the surface it registers.
 
 Every tool module has `register(mcp, state)`; it closes over `state` instead of reading globals,
-so two servers in one process (tests) never share anything. Imports here stay light: torch,
-transformers, atroposlib and wandb are only ever imported by the child processes we start.
+so two servers in one process (tests) never share anything. The tool modules, their services and
+`AppState` are imported by `register_surface`, which the server runs off the path a host waits on
+(on a worker thread of its lifespan, or at the first request that needs it): `build_server`
+imports only the SDK and what a kept `tools/list` answer needs. torch, transformers, atroposlib
+and wandb are only ever imported by the child processes we start.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
-import anyio
-from mcp.server import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl import __version__
-from mcp_rl.server import (
-    completions,
-    environment_tools,
-    evaluation_tools,
-    exploring,
-    follow_tools,
-    identity,
-    inference_tools,
-    log_events,
-    prompts,
-    results_tools,
-    schema_cache,
-    schema_formats,
-    smoke_test_tools,
-    strict,
-    training_tools,
-    weights_tools,
-)
-from mcp_rl.server.state import AppState
+from mcp_rl.server import identity
+from mcp_rl.server.rl_server import RlServer
 from mcp_rl.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,61 +33,61 @@ rl_get_test_result for a smoke test). Runs live outside this server: they keep g
 client disconnects, and any later server sees them (rl_list_runs)."""
 
 
-def build_server(settings: Settings | None = None) -> MCPServer:
+def build_server(settings: Settings | None = None, after_registration: Callable[[], None] | None = None) -> RlServer:
+    """The server; `after_registration` runs once its surface is registered (mcp-rl serve ends
+    its fast start there: mcp_rl/fast_start.py)."""
     settings = settings or Settings.from_env()
-    state = AppState.for_settings(settings)
-
-    @asynccontextmanager
-    async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
-        settings.ensure_home()
-        for note in settings.placeholder_notes():
-            log.warning(note)
-        for hook in state.startup_hooks:
-            await hook()
-        # Long-lived work of this server (e.g. watching runs for notifications), ended with it.
-        async with anyio.create_task_group() as tasks:
-            for task in state.background_tasks:
-                tasks.start_soon(task)
-            try:
-                yield state
-            finally:
-                tasks.cancel_scope.cancel()
-
-    mcp = MCPServer(
-        "mcp-rl",
+    bus = InMemorySubscriptionBus()
+    return RlServer(
+        settings,
+        lambda server: register_surface(server, settings, bus),
+        after_registration,
+        name="mcp-rl",
         title=identity.TITLE,
         description=identity.DESCRIPTION,
         website_url=identity.WEBSITE_URL,
         icons=identity.icons(),
         version=__version__,
         instructions=INSTRUCTIONS,
-        lifespan=lifespan,
-        subscriptions=state.subscription_bus,
+        subscriptions=bus,
     )
 
-    # Each module owns one area of the surface and closes over `state`. Output schemas kept from
-    # an earlier start are reused (deriving them was half of building the server).
-    with schema_cache.kept_output_schemas(mcp, settings):
-        for module in (
-            environment_tools,
-            training_tools,
-            inference_tools,
-            smoke_test_tools,
-            follow_tools,
-            results_tools,
-            evaluation_tools,
-            weights_tools,
-        ):
-            module.register(mcp, state)
+
+def register_surface(mcp: RlServer, settings: Settings, bus: InMemorySubscriptionBus) -> None:
+    """Everything the server offers: tools, resources, prompts, completions, log events."""
+    # Imported here, not at the top: this is what `build_server` leaves off a host's wait.
+    from mcp_rl.server import (
+        completions,
+        environment_tools,
+        evaluation_tools,
+        follow_tools,
+        inference_tools,
+        log_events,
+        prompts,
+        results_tools,
+        smoke_test_tools,
+        training_tools,
+        weights_tools,
+    )
+    from mcp_rl.server.state import AppState  # the environments service: the surface's too
+
+    state = AppState.for_settings(settings, bus)
+    # Each module owns one area of the surface and closes over `state`.
+    for module in (
+        environment_tools,
+        training_tools,
+        inference_tools,
+        smoke_test_tools,
+        follow_tools,
+        results_tools,
+        evaluation_tools,
+        weights_tools,
+    ):
+        module.register(mcp, state)
     # Run and smoke-test events as log messages for clients that set a level (logging capability).
     log_events.register(mcp, state)
     # Workflows for people (prompts) and argument completions, over the tools registered above.
     prompts.register(mcp, state)
     completions.register(mcp, state)
-    # Last: every tool registered above refuses arguments it does not declare.
-    strict.make_strict(mcp)
-    # No environment selected, an unknown id: answers saying what exists, not tool errors.
-    exploring.answer_exploring_calls(mcp, state)
-    # Only JSON Schema's own `format` values (pydantic's "path" makes hosts print warnings).
-    schema_formats.use_standard_formats(mcp)
-    return mcp
+    mcp.startup_hooks.extend(state.startup_hooks)
+    mcp.background_tasks.extend(state.background_tasks)

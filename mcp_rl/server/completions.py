@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
-from mcp.server import MCPServer
 from mcp.types import (
     Completion,
     CompletionArgument,
@@ -29,6 +28,7 @@ from mcp_rl.config import RUN_OPTION_NAMES
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test.models import SLUG_RE, SPEC_FILE
 from mcp_rl.inference_test.service import model_catalog
+from mcp_rl.server.rl_server import RlServer
 from mcp_rl.server.state import AppState
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import LOG_NAMES
@@ -183,10 +183,9 @@ def source_of(ref: PromptReference | ResourceTemplateReference, name: str) -> tu
     return ARGUMENTS.get(name)
 
 
-def register(mcp: MCPServer, state: AppState) -> None:
+def register(mcp: RlServer, state: AppState) -> None:
     completer = Completer(state)
 
-    @mcp.completion()  # type: ignore[untyped-decorator, no-untyped-call, unused-ignore]  # the SDK's decorator has no types
     async def complete(
         ref: PromptReference | ResourceTemplateReference,
         argument: CompletionArgument,
@@ -206,3 +205,5 @@ def register(mcp: MCPServer, state: AppState) -> None:
             chosen = {v.strip() for v in head.split(LIST_SEPARATOR)}
         values = [v for v in await completer.values(source, known) if v not in chosen]  # no item twice
         return rank(values, typed, prefix)
+
+    mcp.set_completer(complete)

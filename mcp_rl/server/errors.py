@@ -10,15 +10,14 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from mcp_rl.errors import Exploring, McpRlError, NotFound, clip_message
-from mcp_rl.server.exploring import answer_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def tool_errors(fn: F) -> F:
     """Decorate a tool: an McpRlError becomes a ToolError the agent can read and act on, except
-    what an exploring agent meets (Exploring: nothing selected, an unknown id), which is answered
-    (server/exploring.py)."""
+    what an exploring agent meets (Exploring: nothing selected, an unknown id), which goes on
+    unchanged for RlServer.call_tool to answer (server/exploring.py)."""
 
     if inspect.iscoroutinefunction(fn):
 
@@ -26,8 +25,8 @@ def tool_errors(fn: F) -> F:
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
                 return await fn(*args, **kwargs)
-            except Exploring as exc:
-                return answer_for(exc)
+            except Exploring:
+                raise
             except McpRlError as exc:
                 raise ToolError(clip_message(str(exc))) from exc
 
@@ -37,8 +36,8 @@ def tool_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except Exploring as exc:
-            return answer_for(exc)
+        except Exploring:
+            raise
         except McpRlError as exc:
             raise ToolError(clip_message(str(exc))) from exc
 

@@ -8,6 +8,7 @@ fails stays a tool error.
 
 Every tool's published output schema takes this answer as an alternative (`anyOf`), so clients
 that check structured content against the schema (the Python and TypeScript SDKs do) accept it.
+The tools raise `Exploring`; `RlServer.call_tool` (server/rl_server.py) turns it into the answer.
 """
 
 from __future__ import annotations
@@ -17,15 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mcp.server import MCPServer
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import Exploring
-from mcp_rl.evaluation.checkpoint_eval import evaluations_dir
-from mcp_rl.server.state import AppState
 from mcp_rl.settings import Settings
-from mcp_rl.weights.jobs import exports_dir
 
 KNOWN_LIMIT = 20
 DEF_NAME = "ExploringAnswer"
@@ -57,17 +54,24 @@ def _ids_in(folder: Path, marker: str | None = None) -> list[str]:
 _LISTERS: dict[str, Callable[[Settings], list[str]]] = {
     "run_id": lambda s: _ids_in(s.runs_dir, "run.yaml"),
     "test_id": lambda s: _ids_in(s.tests_dir),
-    "eval_id": lambda s: _ids_in(evaluations_dir(s)),
-    "export_id": lambda s: _ids_in(exports_dir(s)),
+    "eval_id": lambda s: _ids_in(s.evaluations_dir),
+    "export_id": lambda s: _ids_in(s.exports_dir),
 }
 
 
-def answer_for(exc: Exploring) -> ExploringAnswer:
-    """The answer to an Exploring error (the ids that exist are filled in by `answer_exploring_calls`)."""
-    return ExploringAnswer(kind=exc.kind, asked=exc.value, message=str(exc))
+def exploring_cause(exc: BaseException) -> Exploring | None:
+    """The Exploring error behind a tool's failure (the SDK wraps what a tool raises), if any."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if isinstance(seen, Exploring):
+            return seen
+        seen = seen.__cause__ if seen is not None else None
+    return None
 
 
-def _result(answer: ExploringAnswer, settings: Settings) -> CallToolResult:
+def exploring_result(exc: Exploring, settings: Settings) -> CallToolResult:
+    """The normal result answering `exc`: what was missing, the ids that exist, what to call next."""
+    answer = ExploringAnswer(kind=exc.kind, asked=exc.value, message=str(exc))
     lister = _LISTERS.get(answer.kind)
     if lister is not None:
         answer.known = lister(settings)
@@ -95,23 +99,3 @@ def _answer_schema() -> dict[str, Any]:
     answer = ExploringAnswer.model_json_schema(mode="serialization")
     answer.pop("title", None)
     return answer
-
-
-def answer_exploring_calls(mcp: MCPServer, state: AppState) -> None:
-    """Every registered tool answers an Exploring error as a normal result (call once, after
-    registering; `tool_errors` turns the error into an ExploringAnswer)."""
-    # FuncMetadata is a documented pydantic model of the SDK; its output fields are read live
-    # (schema_cache.py sets them the same way).
-    for tool in mcp._tool_manager.list_tools():
-        meta = tool.fn_metadata
-        if meta.output_schema is not None:
-            meta.output_schema = output_schema_with_answer(meta.output_schema)
-        convert = meta.convert_result
-
-        def convert_result(result: Any, _convert: Any = convert) -> Any:
-            if isinstance(result, ExploringAnswer):
-                return _result(result, state.settings)
-            return _convert(result)
-
-        # On the instance, as strict.make_strict does: not a field of the model.
-        object.__setattr__(meta, "convert_result", convert_result)

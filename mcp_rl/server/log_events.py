@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from mcp.server import MCPServer, ServerRequestContext
+from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import EmptyResult, LoggingLevel, SetLevelRequestParams
 
 from mcp_rl.inference_test.models import SPEC_FILE, SUMMARY_FILE, InferenceTestResult
+from mcp_rl.server.rl_server import RlServer
 from mcp_rl.server.state import AppState
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.registry import Registry
@@ -162,7 +163,7 @@ class LogSessions:
                 self._sessions = [e for e in self._sessions if e[0] is not connection]
 
 
-def register(mcp: MCPServer, state: AppState) -> None:
+def register(mcp: RlServer, state: AppState) -> None:
     """Handle `logging/setLevel` (which declares the `logging` capability) and tell the sessions
     that set a level about run and test events, for the server's lifetime."""
     sessions = LogSessions()
@@ -172,8 +173,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         sessions.set(ctx.session, params.level)
         return EmptyResult()
 
-    # MCPServer has no public hook for it (deprecated in 2026-07-28); as for resources/subscribe.
-    mcp._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, on_set_level)
+    # Routed since the server was built (RlServer.LATE_METHODS; deprecated in 2026-07-28).
+    mcp.set_request_handler("logging/setLevel", on_set_level)
 
     watch = EventWatch(settings)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from mcp.server import MCPServer, ServerRequestContext
+from mcp.server import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.subscriptions import ResourceUpdated
 from mcp.types import (
@@ -40,6 +40,7 @@ from mcp_rl.metrics.rollouts import MAX_PAGE, RolloutPage, rollout_page
 from mcp_rl.rundir import is_run_id
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
+from mcp_rl.server.rl_server import RlServer
 from mcp_rl.server.state import AppState
 from mcp_rl.supervisor.registry import Registry
 
@@ -150,7 +151,7 @@ def _summary_line(results: RunResults) -> str:
     return "; ".join(parts)
 
 
-def register(mcp: MCPServer, state: AppState) -> None:
+def register(mcp: RlServer, state: AppState) -> None:
     settings = state.settings
     # Per-server: `register` runs once per server and its tools close over these.
     wandb_cache: dict[str, Any] = {}
@@ -280,10 +281,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         legacy.remove(str(params.uri), ctx.session)
         return EmptyResult()
 
-    # MCPServer has no public hook for the legacy methods; the SDK's migration guide uses this.
-    lowlevel = mcp._lowlevel_server
-    lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, on_subscribe)
-    lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, on_unsubscribe)
+    # Routed since the server was built (RlServer.LATE_METHODS), so initialize declares them.
+    mcp.set_request_handler("resources/subscribe", on_subscribe)
+    mcp.set_request_handler("resources/unsubscribe", on_unsubscribe)
 
     async def watch_runs() -> None:
         interval = settings.watch_interval_s

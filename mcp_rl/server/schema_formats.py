@@ -2,17 +2,15 @@
 
 pydantic writes `format: "path"` for a `Path` field (and `file-path`, `directory-path`,
 `password`, ...), which no JSON Schema validator knows: Claude Code, opencode and Gemini CLI's
-TypeScript SDK print `unknown format "path" ignored in schema at path ...` for each one. After
-every tool is registered, each non-standard `format` in its input and output schema becomes a
-plain string whose description says what it holds. Only the published schemas change: the
-argument and answer models validate as before.
+TypeScript SDK print `unknown format "path" ignored in schema at path ...` for each one. In the
+published tools (`RlServer.list_tools`), each non-standard `format` in an input and output schema
+becomes a plain string whose description says what it holds. Only the published schemas change:
+the argument and answer models validate as before.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from mcp.server import MCPServer
 
 # JSON Schema 2020-12, "Defined Formats" (7.3), and draft-07's (a subset).
 STANDARD_FORMATS = frozenset(
@@ -46,13 +44,3 @@ def standard_formats(schema: Any) -> Any:
         out["description"] = f"{described} ({says})" if described else f"{says[0].upper()}{says[1:]}."
         changed = True
     return out if changed else schema
-
-
-def use_standard_formats(mcp: MCPServer) -> None:
-    """Every registered tool's published input and output schema with standard formats only."""
-    for tool in mcp._tool_manager.list_tools():
-        tool.parameters = standard_formats(tool.parameters)
-        meta = tool.fn_metadata
-        if meta.output_schema is not None:
-            # Read live by the SDK (schema_cache.py sets it the same way).
-            meta.output_schema = standard_formats(meta.output_schema)

@@ -1,4 +1,4 @@
-"""What the tools of one server share: `AppState`, built once per server by `app.build_server`.
+"""What the tools of one server share: `AppState`, built once per server by `app.register_surface`.
 
 Every field is named and typed; tool modules receive the state in `register(mcp, state)` and
 close over it, so two servers in one process (tests) never share anything. This module imports
@@ -7,18 +7,14 @@ no tool module, so the tool modules can import it without a cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
 
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.server.budget import Jobs
+from mcp_rl.server.rl_server import LifespanWork
 from mcp_rl.settings import Settings
-
-# Work a tool module hands to the server's lifespan: awaited once at start-up, or run until exit.
-LifespanWork = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -37,5 +33,9 @@ class AppState:
     background_tasks: list[LifespanWork] = field(default_factory=list)
 
     @classmethod
-    def for_settings(cls, settings: Settings) -> AppState:
-        return cls(settings=settings, environments=EnvironmentService(settings))
+    def for_settings(cls, settings: Settings, bus: InMemorySubscriptionBus | None = None) -> AppState:
+        return cls(
+            settings=settings,
+            environments=EnvironmentService(settings),
+            subscription_bus=bus if bus is not None else InMemorySubscriptionBus(),
+        )

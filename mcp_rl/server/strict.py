@@ -2,9 +2,10 @@
 
 The SDK drops arguments a tool does not declare, so `rl_start_training(environment="gsm8k",
 total_steps=10)` would train whatever is selected with the default steps. After every tool is
-registered, `make_strict` gives each one an argument model that forbids extra keys (its input
-schema then says `additionalProperties: false`) and refuses them first, with a message the agent
-can act on. Nothing runs when an argument is refused.
+`checked_arguments` runs before every call (`RlServer.call_tool`, server/rl_server.py) and refuses
+an undeclared argument, or one of the wrong JSON type, with a message the agent can act on; the
+published input schemas say `additionalProperties: false`. Nothing runs when an argument is
+refused.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ import difflib
 import reprlib
 from typing import Any
 
-from mcp.server import MCPServer
-from pydantic import ValidationError
-from pydantic_core import PydanticCustomError
+from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_rl.config import RUN_OPTION_NAMES
 from mcp_rl.server.strict_types import type_problems
 
 # Names agents use for something that is chosen elsewhere.
@@ -54,6 +52,9 @@ def where_it_belongs(tool: str, key: str, value: Any, valid: list[str]) -> str:
         return f"{key}: use models=[{shown}] (a list of OpenRouter ids or 'local')."
     if key in _ENVIRONMENT_WORDS and tool in _USES_SELECTION:
         return f"{key}: the environment is chosen with rl_select_environment({shown}); {tool} uses the selected one."
+    # The run options are the surface's (config.py), not imported before the server answers.
+    from mcp_rl.config import RUN_OPTION_NAMES
+
     option = key if key in RUN_OPTION_NAMES else _RUN_OPTION_ALIASES.get(key)
     if option is not None and option not in valid:
         return f"{key} is a run option: rl_edit_config('{option}', {shown}), then call {tool}."
@@ -75,44 +76,24 @@ def unknown_arguments_message(tool: str, unknown: dict[str, Any], valid: list[st
     return f"{tool} does not take {names}. Valid parameters: {params}. {hints} Nothing was done."
 
 
-def make_strict(mcp: MCPServer) -> None:
-    """Refuse unknown arguments on every registered tool (call once, after registering).
+def checked_arguments(tool: str, arguments: dict[str, Any], input_schema: dict[str, Any]) -> dict[str, Any]:
+    """`arguments` without what hosts add on their own (HOST_ARGUMENTS), or a ToolError naming
+    each undeclared argument and where it belongs, or each value of the wrong JSON type."""
+    if not isinstance(arguments, dict):
+        return arguments
+    properties: dict[str, Any] = input_schema.get("properties") or {}
+    valid = list(properties)
+    if not HOST_ARGUMENTS.isdisjoint(arguments):
+        arguments = {k: v for k, v in arguments.items() if k in properties or k not in HOST_ARGUMENTS}
+    unknown = {k: v for k, v in arguments.items() if k not in properties}
+    if unknown:
+        raise ToolError(unknown_arguments_message(tool, unknown, valid))
+    problems = type_problems(arguments, properties)  # mcp_rl.server.strict_types: no value converted
+    if problems:
+        raise ToolError(f"{tool}: {'; '.join(problems)}. Nothing was done.")
+    return arguments
 
-    A check in front of each tool's argument validation, and `additionalProperties: false` in its
-    input schema. The arguments hosts inject (HOST_ARGUMENTS) are dropped, not refused. Not a stricter subclass of the argument model: building 17 pydantic models took
-    about 110 ms of every start, a third of what the server adds to a bare MCPServer's start-up.
-    """
-    # The SDK has no public hook for argument validation; Tool and FuncMetadata are documented
-    # pydantic models of mcp.server.mcpserver.tools.base.
-    for tool in mcp._tool_manager.list_tools():
-        meta = tool.fn_metadata
-        base = meta.arg_model
-        valid = [f.alias or name for name, f in base.model_fields.items()]
-        validate = meta.validate_arguments
 
-        def strict_validate(
-            arguments: dict[str, Any],
-            _tool: str = tool.name,
-            _valid: list[str] = valid,
-            _title: str = base.__name__,
-            _validate: Any = validate,
-            _properties: dict[str, Any] = tool.parameters.get("properties") or {},
-        ) -> dict[str, Any]:
-            if isinstance(arguments, dict) and not HOST_ARGUMENTS.isdisjoint(arguments):
-                arguments = {k: v for k, v in arguments.items() if k in _valid or k not in HOST_ARGUMENTS}
-            unknown = {k: v for k, v in arguments.items() if k not in _valid} if isinstance(arguments, dict) else {}
-            if unknown:
-                message = unknown_arguments_message(_tool, unknown, _valid)
-                error = PydanticCustomError("unknown_argument", "{detail}", {"detail": message})
-                # A ValidationError, as the SDK reports a caller's bad arguments (a tool error).
-                raise ValidationError.from_exception_data(_title, [{"type": error, "loc": (), "input": arguments}])
-            problems = type_problems(arguments, _properties) if isinstance(arguments, dict) else []
-            if problems:  # mcp_rl.server.strict_types: no string/bool/number converted into another
-                message = f"{_tool}: {'; '.join(problems)}. Nothing was done."
-                error = PydanticCustomError("argument_type", "{detail}", {"detail": message})
-                raise ValidationError.from_exception_data(_title, [{"type": error, "loc": (), "input": arguments}])
-            return _validate(arguments)
-
-        # On the instance: FuncMetadata is a pydantic model, and this is not one of its fields.
-        object.__setattr__(meta, "validate_arguments", strict_validate)
-        tool.parameters = {**tool.parameters, "additionalProperties": False}
+def strict_schema(input_schema: dict[str, Any]) -> dict[str, Any]:
+    """The published input schema: no argument beyond the declared ones."""
+    return {**input_schema, "additionalProperties": False}

@@ -72,7 +72,7 @@ class ExportStatus(BaseModel):
 
 
 def exports_dir(settings: Settings) -> Path:
-    return settings.home / "exports"
+    return settings.exports_dir
 
 
 def write_status(job_dir: Path, status: ExportStatus) -> None:
