@@ -330,8 +330,9 @@ def demo_processes(home: Path) -> list[Any]:
     return found
 
 
-def sweep(home: Path) -> list[int]:
-    """End the process group of anything still working in `home`; return what was ended."""
+def sweep(home: Path) -> list[str]:
+    """End the process group of anything still working in `home`; return what was ended (pid and
+    command, so that the person reading knows what it was)."""
     own_group = os.getpgid(0)
     ended = []
     for proc in demo_processes(home):
@@ -351,7 +352,8 @@ def sweep(home: Path) -> list[int]:
             marker_env="MCP_RL_HOME",
         )
         if outcome.proven:
-            ended.append(proc.pid)
+            command = " ".join(proc.info.get("cmdline") or [])[:80] or "?"
+            ended.append(f"{proc.pid} ({command})")
     return ended
 
 
@@ -429,7 +431,7 @@ async def _run(options: DemoOptions, printer: Printer) -> int:
             with anyio.CancelScope(shield=True):
                 ended = await anyio.to_thread.run_sync(sweep, home)
                 if ended:
-                    printer.line(f"Ended {len(ended)} leftover process(es) of the demo: {ended}")
+                    printer.line(f"Ended {len(ended)} leftover process(es) of the demo: {'; '.join(ended)}")
                 left = [p.pid for p in await anyio.to_thread.run_sync(demo_processes, home)]
             signals_tg.cancel_scope.cancel()
 
