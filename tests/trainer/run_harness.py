@@ -257,13 +257,12 @@ class LocalRun:
         return proc
 
     def start_env(self) -> Proc:
-        proc = start(
-            "env",
-            [sys.executable, str(ARITHMETIC), "serve", "--config", str(self.run_yaml)],
-            self.log("env"),
-            child_env(self.home),
-            self.config.paths.run_dir,
-        )
+        # The config's environment, through the runner the supervisor uses (not always arithmetic:
+        # the own-task bench trains a task file).
+        env = self.config.environment
+        argv = [sys.executable, "-m", "mcp_rl.environments.runner", str(env.file_path), env.class_name]
+        argv += ["--project-root", str(env.project_root), "serve", "--config", str(self.run_yaml)]
+        proc = start("env", argv, self.log("env"), child_env(self.home), self.config.paths.run_dir)
         self.procs["env"] = proc
         return proc
 
