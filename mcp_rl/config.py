@@ -517,6 +517,8 @@ def _validate_field(spec: FieldSpec, value: Any) -> Any:
     coerced = _coerce(value)
     if coerced is not value and coerced != value:
         candidates.append(coerced)
+    if isinstance(value, dict | list) and "string" in _schema_types(spec.json_schema):
+        candidates.append(json.dumps(value))  # a field that holds JSON text, given the object itself
     # The value as the agent meant it (the coerced one, when it differs) says best what is wrong.
     last_error = ""
     for candidate in candidates:

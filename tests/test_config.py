@@ -422,3 +422,14 @@ def test_a_value_config_init_set_that_a_run_option_replaces_is_named(service):
     service.edit("batch_size", 48)
     edited = config.current_config(service.settings, service.store.read(), spec)
     assert not [n for n in edited.notes if "batch_size" in n]
+
+
+def test_a_field_holding_json_text_takes_the_object_or_its_text() -> None:
+    # reasoning-gym's `params`: the SDK turns JSON text into an object before the tool sees it.
+    params = FieldSpec(name="params", type="string", default="{}", initial="{}", json_schema={"type": "string"})
+    value = {"leg_counting": {"max_animals": 4}}
+    assert json.loads(config._validate_field(params, value)) == value
+    assert config._validate_field(params, json.dumps(value)) == json.dumps(value)
+    count = FieldSpec(name="n", type="integer", default=1, initial=1, json_schema={"type": "integer"})
+    with pytest.raises(UserError, match="Invalid value"):
+        config._validate_field(count, {"n": 2})

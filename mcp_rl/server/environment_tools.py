@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
@@ -27,10 +27,11 @@ from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
 
 # Every JSON type a config field or run option can take, so the schema gives `value` a type (strict
-# function calling refuses an untyped property; Gemini declarations want one). A nested list or a
-# mapping goes as JSON text, which edit_config parses.
+# function calling refuses an untyped property; Gemini declarations want one). A mapping may come
+# as an object or as JSON text (the SDK parses JSON text into an object before validation), and a
+# field that holds JSON text (reasoning-gym's `params`) takes either; a nested list goes as JSON text.
 Scalar = str | int | float | bool
-EditValue = Scalar | list[Scalar] | None
+EditValue = Scalar | list[Scalar] | dict[str, Any] | None
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES_NEW_FILE = ToolAnnotations(
@@ -437,8 +438,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         value: Annotated[
             EditValue,
             Field(
-                description="New value, of the field's type: a number, boolean, string, list of scalars, or null "
-                "(numbers and booleans sent as text are read as JSON; a nested list or a mapping goes as JSON text)."
+                description="New value, of the field's type: a number, boolean, string, list of scalars, an object, "
+                "or null (numbers and booleans sent as text are read as JSON; a field holding JSON text, such as "
+                "reasoning-gym's params, takes an object or its JSON text; a nested list goes as JSON text)."
             ),
         ],
     ) -> EditAnswer:
