@@ -294,3 +294,33 @@ def test_the_environment_checker_sees_reads_and_not_copies() -> None:
         "os.environ.setdefault('E', '1')\n"
     )
     assert environment_reads(source) == [2, 3, 4]
+
+
+# MCPServer's private parts. The one use the design notes name: rl_server.py routes the two legacy
+# requests the SDK re-provides only through its low-level server (`logging/setLevel`,
+# `resources/subscribe`), as the SDK's extension docs say to.
+SDK_PRIVATE = frozenset(
+    {"_tool_manager", "_resource_manager", "_prompt_manager", "_lowlevel_server", "_subscriptions", "_extensions"}
+)
+SDK_PRIVATE_NAMED = {("server/rl_server.py", "_lowlevel_server")}
+
+
+def sdk_private_reads(source: str) -> set[str]:
+    return {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and node.attr in SDK_PRIVATE
+    }
+
+
+def test_no_module_reads_the_sdk_private_parts_but_the_named_one() -> None:
+    found = {
+        (str(path.relative_to(ROOT)), attr)
+        for path in sorted(ROOT.rglob("*.py"))
+        for attr in sdk_private_reads(path.read_text(encoding="utf-8"))
+    }
+    assert found == SDK_PRIVATE_NAMED
+
+
+def test_the_private_read_checker_sees_one() -> None:
+    assert sdk_private_reads("def f(mcp):\n    return mcp._tool_manager.list_tools()\n") == {"_tool_manager"}
