@@ -48,7 +48,7 @@ def one_run(
         group_size=4,  # the task runner's default (config_init), as a run takes it
         learning_rate=options["learning_rate"],
         lora_rank=options["lora_rank"],
-        max_new_tokens=8,  # the task's max_tokens
+        max_new_tokens=16,  # the task's max_tokens
         save_checkpoint_interval=options.get("save_checkpoint_interval", 0),
         run_id=f"bench-own-task-{index}",
     )

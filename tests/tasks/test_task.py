@@ -51,7 +51,7 @@ def test_held_out_items_are_the_tasks_own_graded_by_its_score() -> None:
     ref = _ref(LARGER, "LargerNumber", "larger_number")
     assert is_task(ref)
     items = held_out_set(ref, {})
-    assert len(items.items) == 200 and items.max_tokens == 8 and items.temperature == 0
+    assert len(items.items) == 200 and items.max_tokens == 16 and items.temperature == 0
     assert len({i.id for i in items.items}) == 200
     first = items.items[0]
     assert first.messages[0]["role"] == "system" and first.id == first.messages[-1]["content"]
@@ -111,7 +111,7 @@ def test_the_runner_makes_a_task_an_atropos_environment() -> None:
     cls = env_class_for(load_class(LARGER, "LargerNumber", TASKS, chdir=False), LARGER)
     assert issubclass(cls, TaskEnv) and cls.name == "larger_number" and cls.__name__ == "LargerNumber"
     config, servers = cls.config_init()
-    assert (config.max_new_tokens, config.group_size, servers[0].server_type) == (8, 4, "sglang")
+    assert (config.max_new_tokens, config.group_size, servers[0].server_type) == (16, 4, "sglang")
 
     class Half(Task):
         score_range = (0.0, 0.5)
@@ -123,3 +123,23 @@ def test_the_runner_makes_a_task_an_atropos_environment() -> None:
     for wrong in ("b", "c", "d"):
         with pytest.raises(TaskScoreError, match="Half.score"):
             checked_score(Half(), wrong, {"q": 1})
+
+
+def test_the_readme_example_is_a_working_task(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```python\nimport random\nimport re\n\nfrom mcp_rl.task import Task")
+    code = readme[start + len("```python\n") : readme.index("```", start + 10)]
+    path = tmp_path / "larger_number.py"
+    path.write_text(code)
+    ref = _ref(path, "LargerNumber", "larger_number")
+    assert is_task(ref)
+    items = held_out_set(ref, {})
+    assert len(items.items) == 200 and items.max_tokens == 16
+    namespace: dict = {}
+    exec(compile(code, str(path), "exec"), namespace)  # the README's own example
+    task = namespace["LargerNumber"]()
+    item = {"a": 57, "b": 12, "answer": "57"}
+    assert task.score("The answer is 57.", item) == 1.0 and task.score("12", item) == 0.0
+    assert task.score("The larger of", item) == 0.0
+    held = {(i["a"], i["b"]) for i in task.held_out_items()}
+    assert not held & {(i["a"], i["b"]) for i in task.train_items()}
