@@ -152,19 +152,23 @@ class RlServer(MCPServer):
         self.app_settings.ensure_home()
         for note in self.app_settings.placeholder_notes():
             log.warning(note)
-        self._started, self._wanted = anyio.Event(), anyio.Event()
+        # One lifespan per stdio server; over HTTP one per session, each with its own events (a
+        # later session's events replace an earlier one's, which never leave a request waiting).
+        started, wanted = anyio.Event(), anyio.Event()
+        self._started, self._wanted = started, wanted
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._start, tasks)
+            tasks.start_soon(self._start, tasks, started, wanted)
             try:
                 yield None
             finally:
                 tasks.cancel_scope.cancel()
-                self._started = self._wanted = None
+                started.set()
+                if self._started is started:
+                    self._started = self._wanted = None
 
-    async def _start(self, tasks: anyio.abc.TaskGroup) -> None:
-        started, wanted = self._started, self._wanted
+    async def _start(self, tasks: anyio.abc.TaskGroup, started: anyio.Event, wanted: anyio.Event) -> None:
         try:
-            if wanted is not None and self._kept is not None:  # without a catalog tools/list needs it now
+            if self._kept is not None:  # without a catalog tools/list needs the surface now
                 with anyio.move_on_after(REGISTER_WITHIN_S):
                     await wanted.wait()
             await self.registered()
@@ -173,8 +177,7 @@ class RlServer(MCPServer):
             for task in self.background_tasks:
                 tasks.start_soon(task)
         finally:
-            if started is not None:
-                started.set()  # requests go on (and fail on their own) even if a hook failed
+            started.set()  # requests go on (and fail on their own) even if a hook failed
 
     # --- tools ------------------------------------------------------------------------------
     async def list_tools(self) -> list[MCPTool]:
