@@ -56,7 +56,6 @@ COMPLETION_KEYS = ("completion", "response", "model_response", "output", "genera
 HEADLINE_HINTS = ("percent_correct", "accuracy", "acc", "pass", "success", "score", "reward", "correct")
 N_KEYS = ("n", "eval/n", "num_samples", "eval/num_samples", "total", "eval/total", "count")
 DEFAULT_TIMEOUT_S = 1800.0
-GEM_ENV_FILE = "gem_env.py"  # the bundled GEM environment
 STOP_GRACE_S = 5.0
 
 
@@ -102,8 +101,8 @@ def uses_own_evaluate(name: str, file_path: Path, class_name: str) -> bool:
     """Whether a run of this environment is evaluated by its own evaluate() (no items of ours):
     an Atropos environment whose class defines one (a base class from another module that may
     define it counts when the file uses atroposlib at all)."""
-    if name in ("arithmetic", "gsm8k") or Path(file_path).name == GEM_ENV_FILE:
-        return False  # GEM's seeds through its evaluate(): not yet proven in a run
+    if name in ("arithmetic", "gsm8k"):
+        return False
     found = defines_evaluate(file_path, class_name)
     if found is None:
         try:

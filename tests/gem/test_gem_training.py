@@ -23,7 +23,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 EASY = "game:GuessTheNumber-v0-easy"
 RUN_DEADLINE_S = 900.0
-SHORT = {"total_steps": 2, "group_size": 4, "batch_size": 8, "num_envs": 2, "max_tokens_per_turn": 6}
+SHORT = {
+    "total_steps": 2,
+    "group_size": 4,
+    "batch_size": 8,
+    "num_envs": 2,
+    "max_tokens_per_turn": 6,
+    "eval_episodes": 4,
+}
 
 
 async def test_gem_run_completes_with_episode_metrics(home: Path) -> None:
@@ -48,8 +55,13 @@ async def test_gem_run_completes_with_episode_metrics(home: Path) -> None:
         assert status["metrics"]["step"] == 2
         results = await ok(client, "rl_get_results", {"run_id": run_id})
     run_dir = Path(results["run_dir"])
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2]
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # Held-out figures from GEM's fixed eval seeds: its own evaluate(), before step 1 and after the last.
+    assert [s["step"] for s in lines] == [0, 1, 2]
+    assert lines[0]["eval/n"] == lines[2]["eval/n"] == SHORT["eval_episodes"]
+    held_out = results["held_out"]
+    assert held_out is not None and (held_out["n"], held_out["base_step"], held_out["step"]) == (4, 0, 2)
+    steps = lines[1:]
     for step in steps:
         # 8 transitions a step, each trained on the ReBN-normalised return of its turn.
         assert step["batch/sequences"] == 8 and abs(step["advantages/mean"]) < 0.5
