@@ -20,11 +20,13 @@ from tests.conftest import make_env, stdio_params
 from tests.inference_test.helpers import read_until_done
 from tests.mcp_helpers import ok
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+# The run at the shipped defaults takes ~9 min on 2 quiet cores (16-token answers): more beside
+# the other slow tests.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tasks" / "larger_number.py"
-RUN_DEADLINE_S = 1200.0
+RUN_DEADLINE_S = 2000.0
 
 
 def edit_into_larger_number(text: str) -> str:
