@@ -12,7 +12,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from mcp_rl.config import CurrentConfig, EditResult, Session
 from mcp_rl.costs.training import cost_preview
@@ -27,11 +27,15 @@ from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
 
 # Every JSON type a config field or run option can take, so the schema gives `value` a type (strict
-# function calling refuses an untyped property; Gemini declarations want one). A mapping may come
-# as an object or as JSON text (the SDK parses JSON text into an object before validation), and a
-# field that holds JSON text (reasoning-gym's `params`) takes either; a nested list goes as JSON text.
+# function calling refuses an untyped property; Gemini declarations want one). A mapping or a nested
+# list goes as JSON text. The SDK parses JSON text into an object before validation, so an object
+# is accepted too (a field that holds JSON text, reasoning-gym's `params`, takes it back as text),
+# but not published: Gemini and OpenAI refuse an object schema without properties.
 Scalar = str | int | float | bool
-EditValue = Scalar | list[Scalar] | dict[str, Any] | None
+EditValue = Annotated[
+    Scalar | list[Scalar] | dict[str, Any] | None,
+    WithJsonSchema(TypeAdapter(Scalar | list[Scalar] | None).json_schema()),
+]
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES_NEW_FILE = ToolAnnotations(
@@ -438,9 +442,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         value: Annotated[
             EditValue,
             Field(
-                description="New value, of the field's type: a number, boolean, string, list of scalars, an object, "
-                "or null (numbers and booleans sent as text are read as JSON; a field holding JSON text, such as "
-                "reasoning-gym's params, takes an object or its JSON text; a nested list goes as JSON text)."
+                description="New value, of the field's type: a number, boolean, string, list of scalars, or null "
+                "(numbers and booleans sent as text are read as JSON; a nested list or a mapping goes as JSON text, "
+                "e.g. reasoning-gym's params)."
             ),
         ],
     ) -> EditAnswer:

@@ -26,6 +26,7 @@ OpenAI (non-strict function calling; `parameters` is a JSON Schema object):
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,15 @@ async def test_edit_config_value_takes_each_type_of_the_union(home: Path) -> Non
     # Accepted by the schema, refused by the field's own type, with the reason.
     for refused in (as_bool, as_list):
         assert refused.structured_content["applied"] is False and "max_count" in refused.content[0].text
+
+
+async def test_json_text_for_a_text_field_arrives_as_text(home: Path) -> None:
+    # The SDK parses JSON text into an object before the tool sees it; a text field gets it back.
+    settings = Settings.from_env(make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good")))
+    async with Client(build_server(settings)) as client:
+        await client.call_tool("rl_select_environment", {"name": "counting"})
+        edited = await client.call_tool("rl_edit_config", {"field": "style", "value": '{"a": {"b": 1}}'})
+        refused = await client.call_tool("rl_edit_config", {"field": "max_count", "value": '{"a": 1}'})
+    assert not edited.is_error and edited.structured_content["applied"] is True
+    assert json.loads(edited.structured_content["value"]) == {"a": {"b": 1}}
+    assert refused.structured_content["applied"] is False and "max_count" in refused.content[0].text
