@@ -30,6 +30,9 @@ class HubWire:
     user: str = "someone"
     orgs: list[str] = field(default_factory=list)
     role: str = "write"
+    # huggingface_hub >= 2.4 fetches its agent-harness registry once per process and day,
+    # unauthenticated, from the same endpoint; kept apart so `requests` holds the export's calls.
+    registry_fetches: list[dict[str, Any]] = field(default_factory=list)
 
 
 def build_app(wire: HubWire) -> Any:
@@ -40,6 +43,10 @@ def build_app(wire: HubWire) -> Any:
 
     async def handle(request: Request) -> Response:
         raw = await request.body()
+        if request.url.path == "/api/agent-harnesses":
+            wire.registry_fetches.append({"headers": dict(request.headers), "query": str(request.url.query)})
+            # Unavailable, as offline: the client then detects no agent and caches nothing in HF_HOME.
+            return JSONResponse({"error": "not served by the fake"}, status_code=404)
         wire.requests.append(
             {
                 "method": request.method,

@@ -53,6 +53,7 @@ def test_push_goes_through_hfapi_with_the_token_only_in_the_header(tmp_path: Pat
         others = {k: v for k, v in request["headers"].items() if k != "authorization"}
         assert TOKEN not in json.dumps(others) and TOKEN not in request["path"] + request["query"]
         assert TOKEN.encode() not in request["body"]
+    assert not any(TOKEN in json.dumps(fetch) for fetch in wire.registry_fetches)
     assert not any(TOKEN in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())
 
 
