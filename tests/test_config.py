@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl import config
+from mcp_rl.config.checks import validate_field
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import NotFound, UserError
@@ -428,8 +429,8 @@ def test_a_field_holding_json_text_takes_the_object_or_its_text() -> None:
     # reasoning-gym's `params`: the SDK turns JSON text into an object before the tool sees it.
     params = FieldSpec(name="params", type="string", default="{}", initial="{}", json_schema={"type": "string"})
     value = {"leg_counting": {"max_animals": 4}}
-    assert json.loads(config._validate_field(params, value)) == value
-    assert config._validate_field(params, json.dumps(value)) == json.dumps(value)
+    assert json.loads(validate_field(params, value)) == value
+    assert validate_field(params, json.dumps(value)) == json.dumps(value)
     count = FieldSpec(name="n", type="integer", default=1, initial=1, json_schema={"type": "integer"})
     with pytest.raises(UserError, match="Invalid value"):
-        config._validate_field(count, {"n": 2})
+        validate_field(count, {"n": 2})

@@ -52,7 +52,7 @@ def where_it_belongs(tool: str, key: str, value: Any, valid: list[str]) -> str:
         return f"{key}: use models=[{shown}] (a list of OpenRouter ids or 'local')."
     if key in _ENVIRONMENT_WORDS and tool in _USES_SELECTION:
         return f"{key}: the environment is chosen with rl_select_environment({shown}); {tool} uses the selected one."
-    # The run options are the surface's (config.py), not imported before the server answers.
+    # The run options are the surface's (mcp_rl.config.options), not imported before the server answers.
     from mcp_rl.config import RUN_OPTION_NAMES
 
     option = key if key in RUN_OPTION_NAMES else _RUN_OPTION_ALIASES.get(key)

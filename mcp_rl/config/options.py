@@ -1,0 +1,228 @@
+"""Run options and locked fields: the run-level settings an agent may edit (backend, model,
+steps, batch size, LoRA rank, learning rate, ...) with their per-backend defaults from
+`configs/run_options.yaml`, and the infrastructure fields `configs/locked.yaml` fixes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mcp_rl.errors import clip
+from mcp_rl.runconfig import EnvironmentRef
+from mcp_rl.settings import Settings, configs_dir
+
+DERIVED = "derived"
+BackendChoice = Literal["auto", "local", "tinker"]
+
+
+class RunOptions(BaseModel):
+    """Run-level settings the agent may edit; defaults depend on the backend."""
+
+    # NaN and infinity are bad input like any other invalid number (JSON cannot even store them).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    backend: BackendChoice = Field("auto", description="auto: tinker when TINKER_API_KEY is set, else local.")
+    base_model: str = Field(
+        description='local: "default" (embedded SmolLM2-135M-Instruct) or a local Hugging Face model folder; '
+        "tinker: a Tinker model name such as Qwen/Qwen3-8B."
+    )
+    total_steps: int = Field(ge=1, le=1_000_000, description="Training steps (batches) in the run.")
+    batch_size: int = Field(ge=1, le=65_536, description="Sequences per step; a multiple of group_size.")
+    lora_rank: int = Field(ge=1, le=512, description="LoRA rank.")
+    learning_rate: float = Field(gt=0, le=1, description="Adam learning rate.")
+    adam_beta1: float = Field(ge=0, lt=1, description="Adam beta1.")
+    adam_beta2: float = Field(ge=0, lt=1, description="Adam beta2.")
+    max_token_trainer_length: int = Field(ge=16, le=1_000_000, description="Longest sequence the trainer takes.")
+    save_checkpoint_interval: int = Field(
+        ge=0, description="Save a resumable checkpoint every N steps (0: final only)."
+    )
+    wandb_project: str = Field(min_length=1, description="W&B project (used when W&B is configured).")
+    eval_every: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Evaluate on the held-out items every N steps, besides before the first step and after the "
+        "last (0: only those two).",
+    )
+    keep_last_checkpoints: int = Field(
+        3,
+        ge=0,
+        le=10_000,
+        description="Local checkpoints kept besides the final and the kept ones (0: keep every one).",
+    )
+    max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Paid backends: end the run (stopped, checkpoint kept) before a step would pass this estimated "
+        "USD spend. None: no cap.",
+    )
+    start_from: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]{1,64}(@[0-9]{1,9})?$",
+        description="RUN_ID or RUN_ID@STEP: start from that earlier run's checkpoint (its newest, or STEP's; same "
+        "base model and LoRA rank) instead of the base model. None: the base model.",
+    )
+    advantage_normalization: Literal["group_std", "mean_center"] = Field(
+        "group_std",
+        description="GRPO advantages: group_std divides each group's centred scores by their std; mean_center only "
+        "subtracts the group mean.",
+    )
+
+    launcher: Literal["local", "slurm", "ray"] = Field(
+        "local",
+        description="Where the run's supervisor runs: local (this machine), slurm (one sbatch job) or ray (one Ray "
+        "job). Cluster jobs need the run folder on a filesystem the cluster shares and mcp-rl at the same path (or "
+        "cluster_venv).",
+    )
+    gpus: int = Field(0, ge=0, le=64, description="slurm/ray: GPUs the job asks for (one node).")
+    partition: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.,-]{1,128}$", description="slurm: the partition (None: the cluster's default)."
+    )
+    account: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="slurm: the account charged (None: your default)."
+    )
+    time_limit_minutes: int | None = Field(
+        None,
+        ge=1,
+        le=525_600,
+        description="slurm: the job's time limit; the run is stopped gently (final checkpoint kept) before it.",
+    )
+    ray_address: str | None = Field(
+        None,
+        pattern=r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}$",
+        description="ray: the Ray dashboard's address, e.g. http://127.0.0.1:8265 (None: that one).",
+    )
+    cluster_venv: str | None = Field(
+        None,
+        pattern=r"^/[^\n\x00]{0,1000}$",
+        description="slurm/ray: the venv (absolute path on the cluster) whose python runs the job; None: this "
+        "server's own interpreter at the same path.",
+    )
+
+    tinker_base_url: str | None = Field(
+        None,
+        pattern=r"^https?://[A-Za-z0-9_.:\[\]/-]{1,500}$",
+        description="tinker: a self-hosted Tinker-compatible server (SkyRL's Tinker API, TuFT), e.g. "
+        "http://127.0.0.1:8000. None: TINKER_BASE_URL, else hosted Tinker.",
+    )
+    tinker_sdk: Literal["auto", "0.38", "0.25"] = Field(
+        "auto",
+        description="tinker: the SDK the trainer speaks: 0.38 (hosted Tinker), 0.25 (SkyRL, TuFT; installed on first "
+        "use), auto (asked of the server).",
+    )
+
+    @field_validator(
+        "total_steps",
+        "eval_every",
+        "keep_last_checkpoints",
+        "max_cost_usd",
+        "batch_size",
+        "lora_rank",
+        "learning_rate",
+        "adam_beta1",
+        "adam_beta2",
+        "max_token_trainer_length",
+        "save_checkpoint_interval",
+        "gpus",
+        "time_limit_minutes",
+        mode="before",
+    )
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        # pydantic reads true as 1; an agent sending total_steps=true meant something else.
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got the boolean {value}")
+        return value
+
+
+RUN_OPTION_NAMES = tuple(RunOptions.model_fields)
+
+
+@lru_cache(maxsize=1)
+def _yaml(name: str) -> dict[str, Any]:
+    with open(configs_dir() / name, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def effective_backend(settings: Settings, choice: str) -> Literal["local", "tinker"]:
+    if choice == "auto":
+        return "tinker" if settings.default_backend == "tinker" else "local"
+    return "tinker" if choice == "tinker" else "local"
+
+
+def run_option_defaults(settings: Settings, backend: str, environment: EnvironmentRef | None = None) -> dict[str, Any]:
+    """The backend's defaults; the bundled GEM environment adds its recipe's (`<backend>_gem`)."""
+    table = _yaml("run_options.yaml")
+    defaults = dict(table[backend])
+    if environment is not None and is_bundled_gem(environment):
+        defaults.update(table.get(f"{backend}_gem") or {})
+    if settings.wandb_project:
+        defaults["wandb_project"] = settings.wandb_project
+    return defaults
+
+
+def is_bundled_gem(environment: EnvironmentRef) -> bool:
+    return environment.file_path.name == "gem_env.py" and environment.class_name == "GemEnv"
+
+
+def resolve_run_options(
+    settings: Settings, edits: dict[str, Any], environment: EnvironmentRef | None = None
+) -> tuple[RunOptions, dict[str, Any]]:
+    """The effective run options and the defaults they were built on (strict: a bad edit raises)."""
+    backend = effective_backend(settings, edits.get("backend", "auto"))
+    defaults = {"backend": "auto", **run_option_defaults(settings, backend, environment)}
+    return RunOptions.model_validate({**defaults, **edits}), defaults
+
+
+def clean_run_options(settings: Settings, stored: Any) -> tuple[dict[str, Any], list[str]]:
+    """Stored run options with unknown names dropped and bad values reset to their defaults.
+
+    session.json may have been written by another version of mcp-rl or edited by hand; one bad
+    option must not make every config tool fail. Each repair is described in a note.
+    """
+    if not isinstance(stored, dict):
+        return {}, [
+            f"run_options in session.json was not a mapping ({clip(stored)}); all run options are at their defaults."
+        ]
+    options = dict(stored)
+    notes: list[str] = []
+    for name in [n for n in options if n not in RUN_OPTION_NAMES]:
+        notes.append(f"Unknown run option {clip(name)} in session.json was ignored (value {clip(options.pop(name))}).")
+    if "backend" in options and options["backend"] not in ("auto", "local", "tinker"):
+        notes.append(f"Run option backend had a bad value {clip(options.pop('backend'))}; reset to its default 'auto'.")
+    # Each value alone against the defaults: a bad one is named and dropped, the others kept.
+    for _ in range(len(RUN_OPTION_NAMES)):
+        try:
+            resolve_run_options(settings, options)
+            break
+        except ValidationError as exc:
+            bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"] and err["loc"][0] in options}
+            if not bad:
+                raise
+            for name in sorted(bad):
+                value = options.pop(name)
+                detail = "; ".join(e["msg"] for e in exc.errors() if e["loc"] and e["loc"][0] == name)
+                notes.append(
+                    f"Run option {name} had a bad value {clip(value)} in session.json ({detail}); reset to its default."
+                )
+    return options, notes
+
+
+# --- locked fields --------------------------------------------------------------------------
+class LockedFields(BaseModel):
+    env: dict[str, Any]
+    openai: dict[str, Any]
+
+
+def locked_fields(backend: str) -> LockedFields:
+    raw = _yaml("locked.yaml")
+    profile = (raw.get("profiles") or {}).get(backend) or {}
+    return LockedFields(
+        env={**raw.get("env", {}), **profile.get("env", {})},
+        openai={**raw.get("openai", {}), **profile.get("openai", {})},
+    )
