@@ -7,17 +7,18 @@ items that flipped) and Newcombe's interval for a difference of paired proportio
 get the Wilcoxon signed-rank test and a paired bootstrap percentile interval of the mean
 difference with a fixed seed, so the same outcomes always give the same figures.
 
-Pure Python (no scipy in the dependencies), stdlib and pydantic only: the trainer, the server and
-the benches all import it.
+The tests, the Wilson intervals and the bootstraps are scipy.stats'; Newcombe's square-and-add
+intervals (paired and unpaired) have no scipy counterpart and are built here on its Wilson
+intervals. scipy.stats takes over a second of CPU to import, and the server imports this module
+(rl_check_status and rl_get_results show these figures): every function imports it when it runs,
+so the server's start-up never does.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 from collections.abc import Sequence
-from functools import lru_cache
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -29,11 +30,8 @@ NEWCOMBE_CI = "Newcombe paired Wilson score (method 10)"
 BOOTSTRAP_CI = "paired bootstrap percentile"
 
 CONFIDENCE = 0.95
-Z_95 = 1.959963984540054  # the standard normal's 97.5th percentile
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
-# Up to this many nonzero differences without ties, the signed-rank p is exact (as scipy does).
-WILCOXON_EXACT_MAX = 50
 
 
 class PairedComparison(BaseModel):
@@ -138,32 +136,26 @@ def _checked(values: Sequence[float], name: str) -> list[float]:
 def mcnemar_exact(wins: int, losses: int) -> float:
     """Two-sided exact McNemar p: under the null each flipped item went either way with
     probability 1/2, so p = 2 * P(Binomial(wins + losses, 1/2) <= min(wins, losses)), at most 1."""
-    flipped = wins + losses
-    if flipped == 0:
+    if wins + losses == 0:
         return 1.0
-    k = min(wins, losses)
-    # Sum in log space: 2^-flipped underflows past ~1074 flips.
-    logs = [_log_choose(flipped, i) - flipped * math.log(2.0) for i in range(k + 1)]
-    top = max(logs)
-    tail = math.exp(top) * math.fsum(math.exp(v - top) for v in logs)
-    return min(1.0, 2.0 * tail)
+    # Imported when it runs: scipy.stats stays off the server's start-up path (the module's docstring).
+    from scipy.stats import binomtest
+
+    return float(binomtest(wins, wins + losses, 0.5).pvalue)
 
 
-def _log_choose(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+def wilson_interval(successes: int, n: int) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion (n > 0), without continuity correction."""
+    # Imported when it runs: scipy.stats stays off the server's start-up path (the module's docstring).
+    from scipy.stats import binomtest
 
-
-def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval of a proportion (n > 0)."""
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = binomtest(successes, n).proportion_ci(CONFIDENCE, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def newcombe_paired_interval(both: int, wins: int, losses: int, neither: int) -> tuple[float, float]:
-    """95 % interval of trained - base for paired 0/1 outcomes (Newcombe 1998, method 10).
+    """95 % interval of trained - base for paired 0/1 outcomes (Newcombe 1998, method 10; not in
+    scipy or statsmodels, whose paired intervals are Wald's).
 
     both: right for both models; wins: right only for the trained one; losses: right only for
     the base; neither: wrong for both."""
@@ -194,57 +186,28 @@ def newcombe_paired_interval(both: int, wins: int, losses: int, neither: int) ->
 
 # --- graded outcomes -------------------------------------------------------------------------
 def wilcoxon_signed_rank(diffs: Sequence[float]) -> float:
-    """Two-sided Wilcoxon signed-rank p of paired differences. Zero differences are dropped
-    (Wilcoxon's convention); exact null distribution up to WILCOXON_EXACT_MAX nonzero
-    differences without ties, else the normal approximation with the tie correction."""
+    """Two-sided Wilcoxon signed-rank p of paired differences. Zero differences are dropped first
+    (Wilcoxon's convention), then scipy's method="auto" decides: the exact null distribution up to
+    50 differences without ties, an exact sign-flip permutation test up to 13 with ties, else the
+    normal approximation with the tie correction (no continuity correction)."""
     nonzero = [d for d in diffs if d != 0.0]
-    m = len(nonzero)
-    if m == 0:
+    if not nonzero:
         return 1.0
-    ranks = _average_ranks([abs(d) for d in nonzero])
-    w_plus = math.fsum(r for r, d in zip(ranks, nonzero, strict=True) if d > 0)
-    total = m * (m + 1) / 2
-    w = min(w_plus, total - w_plus)
-    has_ties = len(set(abs(d) for d in nonzero)) < m
-    if m <= WILCOXON_EXACT_MAX and not has_ties:
-        counts = _signed_rank_counts(m)
-        below = sum(counts[: int(math.floor(w + 1e-9)) + 1])
-        return min(1.0, 2.0 * below / 2**m)
-    mean = total / 2
-    tie_sizes: dict[float, int] = {}
-    for r in ranks:
-        tie_sizes[r] = tie_sizes.get(r, 0) + 1
-    var = m * (m + 1) * (2 * m + 1) / 24 - sum(t**3 - t for t in tie_sizes.values()) / 48
-    if var <= 0:
-        return 1.0
-    z = (w - mean) / math.sqrt(var)
-    return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+    # Imported when it runs: scipy.stats stays off the server's start-up path (the module's docstring).
+    from scipy.stats import wilcoxon
+
+    return float(wilcoxon(nonzero, method="auto", correction=False).pvalue)
 
 
-def _average_ranks(values: Sequence[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+def _mean(x: Any, axis: int = -1) -> Any:
+    # Imported when it runs: numpy comes with scipy, off the server's start-up path like it.
+    import numpy as np
+
+    return np.mean(x, axis=axis)
 
 
-@lru_cache(maxsize=64)
-def _signed_rank_counts(m: int) -> tuple[int, ...]:
-    """counts[s] = how many of the 2^m sign assignments of ranks 1..m give W+ = s."""
-    counts = [1] + [0] * (m * (m + 1) // 2)
-    top = 0
-    for r in range(1, m + 1):
-        top += r
-        for s in range(top, r - 1, -1):
-            counts[s] += counts[s - r]
-    return tuple(counts)
+def _mean_difference(after: Any, before: Any, axis: int = -1) -> Any:
+    return _mean(after, axis) - _mean(before, axis)
 
 
 def bootstrap_mean_interval(
@@ -252,19 +215,21 @@ def bootstrap_mean_interval(
 ) -> tuple[float, float]:
     """95 % percentile interval of the mean paired difference, resampling items with a fixed
     seed (the same outcomes always give the same interval)."""
-    n = len(diffs)
-    rng = random.Random(seed)
-    values = list(diffs)
-    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
-    alpha = (1 - CONFIDENCE) / 2
-    return _quantile(means, alpha), _quantile(means, 1 - alpha)
+    if len(diffs) == 1:  # scipy wants two or more; one item's every resample is itself
+        return float(diffs[0]), float(diffs[0])
+    # Imported when it runs: scipy.stats stays off the server's start-up path (the module's docstring).
+    import numpy as np
+    from scipy.stats import bootstrap
 
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    ci = bootstrap(
+        (list(diffs),),
+        _mean,
+        n_resamples=resamples,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 # --- aggregate-only evaluations ----------------------------------------------------------------
@@ -348,28 +313,44 @@ PERMUTATION_EXACT_MAX = 12  # values in both groups: C(12, 6) = 924 splits at mo
 
 def permutation_p_greater(before: Sequence[float], after: Sequence[float]) -> float:
     """One-sided exact p that `after` is larger: the share of all splits of the pooled values into
-    groups of these sizes whose `after` part sums at least as high as the one observed (ties
-    count for the null). For small groups only (a window of a few steps)."""
+    groups of these sizes whose `after` part has a mean difference at least as high as the one
+    observed (ties count for the null). For small groups only (a window of a few steps)."""
     values = [*_checked(before, "before"), *_checked(after, "after")]
     if not before or not after or len(values) > PERMUTATION_EXACT_MAX:
         raise ValueError(
             f"permutation_p_greater takes 1 to {PERMUTATION_EXACT_MAX} values in all, both sides non-empty"
         )
-    observed = math.fsum(after) - 1e-12
-    splits = list(itertools.combinations(values, len(after)))
-    return sum(1 for split in splits if math.fsum(split) >= observed) / len(splits)
+    # Imported when it runs: scipy.stats stays off the server's start-up path (the module's docstring).
+    import numpy as np
+    from scipy.stats import permutation_test
+
+    # n_resamples=inf: every split is counted (exact), not a random sample of them.
+    result = permutation_test(
+        (list(after), list(before)),
+        _mean_difference,
+        permutation_type="independent",
+        alternative="greater",
+        n_resamples=np.inf,
+        vectorized=True,
+    )
+    return float(result.pvalue)
 
 
 def bootstrap_difference_interval(
     before: Sequence[float], after: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float, float]:
-    """95 % percentile interval of mean(after) - mean(before), each group resampled on its own
-    with a fixed seed."""
-    rng = random.Random(seed)
-    a, b = list(after), list(before)
-    diffs = sorted(
-        math.fsum(rng.choices(a, k=len(a))) / len(a) - math.fsum(rng.choices(b, k=len(b))) / len(b)
-        for _ in range(resamples)
-    )
-    alpha = (1 - CONFIDENCE) / 2
-    return _quantile(diffs, alpha), _quantile(diffs, 1 - alpha)
+    """95 % percentile interval of mean(after) - mean(before), each group (two or more values)
+    resampled on its own with a fixed seed."""
+    # Imported when it runs: scipy.stats stays off the server's start-up path (the module's docstring).
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    ci = bootstrap(
+        (list(after), list(before)),
+        _mean_difference,
+        n_resamples=resamples,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return float(ci.low), float(ci.high)
