@@ -154,8 +154,8 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
 
 
 def newcombe_paired_interval(both: int, wins: int, losses: int, neither: int) -> tuple[float, float]:
-    """95 % interval of trained - base for paired 0/1 outcomes (Newcombe 1998, method 10; not in
-    scipy or statsmodels, whose paired intervals are Wald's).
+    """95 % interval of trained - base for paired 0/1 outcomes (Newcombe 1998, method 10; scipy has
+    no interval of a paired difference, so it is built here on scipy's Wilson intervals).
 
     both: right for both models; wins: right only for the trained one; losses: right only for
     the base; neither: wrong for both."""
@@ -281,6 +281,8 @@ def unpaired_comparison(
             "no per-item outcomes (pass per-item samples with a score to evaluate_log for the paired test))",
         )
     base_right, trained_right = round(base_score * base_n), round(trained_score * trained_n)
+    # Newcombe's hybrid score interval: not in scipy (statsmodels' confint_proportions_2indep with
+    # method="newcomb" is, but one interval does not justify that dependency).
     l1, u1 = wilson_interval(trained_right, trained_n)
     l2, u2 = wilson_interval(base_right, base_n)
     p1, p2 = trained_right / trained_n, base_right / base_n
