@@ -1,6 +1,7 @@
 """Did it learn? The held-out figures of a run, from its per-item outcome files: the base (the
 run's first evaluation) against the latest evaluation on the same items, with the paired test.
-What rl_check_status and rl_get_results show (stdlib and pydantic only)."""
+What rl_check_status and rl_get_results show (stdlib and pydantic at import: the statistics import
+scipy when they run)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The paired statistics against published values and hand-computed cases."""
+"""The statistics against published values, hand-computed cases and scipy (the tests, the Wilson
+intervals and the bootstraps are scipy's; Newcombe's intervals and the z-test are ours)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -15,6 +17,7 @@ from mcp_rl.evaluation.stats import (
     mcnemar_exact,
     newcombe_paired_interval,
     paired_comparison,
+    unpaired_comparison,
     wilcoxon_signed_rank,
     wilson_interval,
 )
@@ -42,6 +45,16 @@ def test_newcombe_paired_interval_matches_contingencytables() -> None:
     assert (low, high) == pytest.approx((-0.1186, -0.0046), abs=5e-5)
 
 
+def test_newcombe_unpaired_interval_and_z_test() -> None:
+    # Newcombe 1998 (Stat Med 17:873), example (a): 56/70 vs 48/80, method 10: 0.0524 to 0.3339.
+    result = unpaired_comparison(48 / 80, 80, 56 / 70, 70)
+    assert (result.ci_low, result.ci_high) == pytest.approx((0.0524, 0.3339), abs=5e-5)
+    # The pooled z-test is the uncorrected chi-square test of the 2x2 table (z^2 = chi^2).
+    from scipy.stats import chi2_contingency
+
+    assert result.p_value == pytest.approx(chi2_contingency([[56, 14], [48, 32]], correction=False).pvalue)
+
+
 def test_mcnemar_exact_known_values() -> None:
     # Same table: exact conditional McNemar P = 0.052479 (6 vs 16 flipped).
     assert mcnemar_exact(6, 16) == pytest.approx(0.052479, abs=1e-6)
@@ -61,6 +74,17 @@ def test_wilcoxon_exact_known_values() -> None:
     d = [6, 8, 14, 16, 23, 24, 28, 29, 41, -48, 49, 56, 60, -67, 75]
     assert wilcoxon_signed_rank(d) == pytest.approx(0.041259765625, abs=1e-12)
     assert wilcoxon_signed_rank([0.0, 0.0]) == 1.0
+
+
+def test_wilcoxon_with_ties_on_few_items_counts_every_sign_flip() -> None:
+    # The zero dropped, 6 differences with tied |d|: exact over all 2^6 signs of the average ranks.
+    diffs = [0.0, 1.0, 1.0, 2.0, -3.0, 4.0, 4.0]
+    ranks = [1.5, 1.5, 3.0, 4.0, 5.5, 5.5]
+    observed = 1.5 + 1.5 + 3.0 + 5.5 + 5.5  # W+: every rank but the -3's
+    total = sum(ranks)
+    flips = [sum(r for r, up in zip(ranks, signs, strict=True) if up) for signs in itertools.product((0, 1), repeat=6)]
+    extreme = sum(1 for w in flips if abs(w - total / 2) >= abs(observed - total / 2) - 1e-9)
+    assert wilcoxon_signed_rank(diffs) == pytest.approx(extreme / 64)
 
 
 def test_wilcoxon_normal_approximation_with_ties() -> None:
@@ -114,6 +138,7 @@ def test_graded_outcomes_use_wilcoxon_and_a_seeded_bootstrap() -> None:
 
 def test_bootstrap_interval_of_a_constant_difference_is_that_difference() -> None:
     assert bootstrap_mean_interval([0.25] * 20) == pytest.approx((0.25, 0.25))
+    assert bootstrap_mean_interval([0.3]) == (0.3, 0.3)  # one item: scipy's bootstrap needs two
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,22 @@ def test_the_rise_test_matches_a_brute_force_count() -> None:
     assert permutation_p_greater([0.5] * 3, [0.5] * 3) == 1.0
     low, high = bootstrap_difference_interval(before, after)
     assert 0 < low < 0.2 < high <= 0.3
+    # Against scipy (hand-written here for the status path's speed: the module's docstrings).
+    import numpy as np
+    from scipy.stats import bootstrap, permutation_test
+
+    def diff(a: object, b: object, axis: int = -1) -> object:
+        return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+    for b, a in ((before, after), ([0.1, 0.3, 0.2, 0.2, 0.1], [0.2, 0.4, 0.3, 0.6, 0.2]), ([0.5] * 3, [0.5] * 3)):
+        exact = permutation_test(
+            (a, b), diff, permutation_type="independent", alternative="greater", n_resamples=np.inf
+        )
+        assert permutation_p_greater(b, a) == pytest.approx(exact.pvalue)
+    b, a = [0.1, 0.3, 0.2, 0.2, 0.1], [0.2, 0.4, 0.3, 0.6, 0.2]
+    theirs = bootstrap((a, b), diff, n_resamples=4000, method="percentile", rng=np.random.default_rng(0))
+    ours = bootstrap_difference_interval(b, a)
+    assert ours == pytest.approx((theirs.confidence_interval.low, theirs.confidence_interval.high), abs=0.03)
 
 
 def test_rl_check_status_carries_the_warning(tmp_path: Path) -> None:

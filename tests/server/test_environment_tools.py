@@ -138,7 +138,7 @@ def test_no_heavy_imports_on_the_startup_path(home):
                 await c.list_tools()
                 await c.call_tool("rl_list_environments", {})
         anyio.run(main)
-        print(",".join(m for m in ("torch", "transformers", "atroposlib", "wandb", "tinker") if m in sys.modules))
+        print(",".join(m for m in ("torch", "transformers", "atroposlib", "wandb", "tinker", "scipy") if m in sys.modules))
         """
     )
     out = subprocess.run(
