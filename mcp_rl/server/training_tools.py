@@ -6,8 +6,6 @@ supervisor per run), so every answer comes from the registry and the run directo
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,7 +27,7 @@ from mcp_rl.server.cost_consent import confirm_training_start
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
-from mcp_rl.supervisor import service, start_guard, stop_wait
+from mcp_rl.supervisor import service, start_guard, stop_wait, upkeep
 from mcp_rl.supervisor.bounded import bounded_latest, bounded_log, bounded_metrics
 from mcp_rl.supervisor.models import (
     RunList,
@@ -40,8 +38,6 @@ from mcp_rl.supervisor.models import (
 from mcp_rl.supervisor.pace import CheckLimiter
 from mcp_rl.supervisor.states import RunState
 from mcp_rl.trainer.retention import disk_bytes
-
-log = logging.getLogger(__name__)
 
 # Status reads write nothing: a run whose supervisor died reads as failed at once, and the
 # server's own watcher (and every start) records that and ends its leftovers. Hosts that
@@ -445,29 +441,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
     def run_log_resource(run_id: str, process: str, tail: int = service.DEFAULT_LOG_TAIL) -> str:
         return bounded_log(service.read_log(settings, run_id, process, tail), run_id, process)
 
-    # --- start-up and the repair of dead runs ----------------------------------------------
+    # --- start-up and the repair of dead runs (mcp_rl.supervisor.upkeep) ---------------------
     async def reconcile_runs() -> None:
-        # In the background: ending a dead run's leftover processes can take a grace period,
-        # and start-up must stay fast.
-        def work() -> None:
-            try:
-                service.reconcile(settings)
-            except Exception:
-                log.exception("reconciling runs failed")
-
-        threading.Thread(target=work, name="reconcile-runs", daemon=True).start()
+        upkeep.reconcile_in_background(settings)
 
     async def repair_runs() -> None:
-        # The status tools only read (a dead run reads as failed); this records the end and
-        # has a detached stopper end the leftovers, within a watch interval of the death.
-        while True:
-            try:
-                repaired = await anyio.to_thread.run_sync(lambda: service.repair_dead_runs(settings))
-                if repaired:
-                    log.warning("runs whose supervisor died were recorded as ended: %s", ", ".join(repaired))
-            except Exception as exc:  # a locked or half-created state.db: try again next time
-                log.debug("repairing dead runs failed: %r", exc)
-            await anyio.sleep(settings.watch_interval_s)
+        await upkeep.repair_dead_runs_forever(settings)
 
     state.startup_hooks.append(reconcile_runs)
     state.background_tasks.append(repair_runs)
