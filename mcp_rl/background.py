@@ -8,7 +8,8 @@ reaped when it ends (a long-lived server keeps no zombie), and told alive or dea
 start time (a recycled pid or a zombie is dead). A job whose status still says running while its
 worker is dead has failed; each kind then records that in its own status. Cancelling stops the
 worker's group (SIGTERM, its cue to end cleanly, then SIGKILL after a grace), once its identity
-is proven; every kind is waited for by one loop, `wait_for_job`.
+is proven; every kind is waited for by one loop, `wait_for_job` (so is a run's stop, in
+mcp_rl.supervisor.stop_wait).
 """
 
 from __future__ import annotations

@@ -77,9 +77,14 @@ class Progress:
         self._last_sent_at = time.monotonic()
         await self._ctx.report_progress(progress, total, message)
 
+    def due(self) -> bool:
+        """Whether a heartbeat is due: at most one every PROGRESS_EVERY_S, none without a client
+        listening (so a heartbeat's message is not worked out for nobody)."""
+        return self._ctx is not None and time.monotonic() - self._last_sent_at >= PROGRESS_EVERY_S
+
     async def tick(self, message: str) -> None:
         """A heartbeat at most every PROGRESS_EVERY_S while waiting on something slow."""
-        if time.monotonic() - self._last_sent_at >= PROGRESS_EVERY_S:
+        if self.due():
             await self.report(message)
 
 
@@ -150,8 +155,12 @@ class Jobs:
         return job.finished_at is not None and time.time() - job.finished_at > UNCOLLECTED_TTL_S
 
 
-async def wait_job(job: Job, budget: CallBudget, progress: Progress | None = None, message: str | None = None) -> bool:
-    """Wait for `job` until the call's budget is spent; True when it has finished."""
+async def wait_job(
+    job: Job, budget: CallBudget, progress: Progress | None = None, describe: Callable[[], str] | None = None
+) -> bool:
+    """Wait for `job` until the call's budget is spent; True when it has finished. Heartbeats say
+    what `describe` says (read on a worker thread: it may touch the disk), else how long the job
+    has run."""
     pause = FIRST_POLL_S
     while not job.done.is_set():
         left = budget.remaining()
@@ -159,8 +168,11 @@ async def wait_job(job: Job, budget: CallBudget, progress: Progress | None = Non
             return False
         await anyio.sleep(min(pause, left))
         pause = min(pause * 2, POLL_S)
-        if progress is not None:
-            await progress.tick(message or f"{job.what} ({job.running_for():.0f} s)")
+        if progress is not None and progress.due():
+            if describe is None:
+                await progress.report(f"{job.what} ({job.running_for():.0f} s)")
+            else:
+                await progress.report(await anyio.to_thread.run_sync(describe))
     return True
 
 

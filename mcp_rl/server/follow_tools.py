@@ -19,8 +19,8 @@ from mcp_rl.server.training_tools import (
     STATUS_NOTE,
     STATUS_READ,
     RunId,
-    bounded_latest,
 )
+from mcp_rl.supervisor.bounded import bounded_latest
 from mcp_rl.supervisor.states import LOG_NAMES
 
 READ_LOG = ToolAnnotations(read_only_hint=True, open_world_hint=False)

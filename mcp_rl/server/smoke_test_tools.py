@@ -26,7 +26,7 @@ from mcp_rl.server.state import AppState
 log = logging.getLogger(__name__)
 
 # Reads only: a test whose worker died reads as failed, and the server's watcher records that
-# and ends its leftover model processes (see service.read_test and training_tools' repair loop).
+# and ends its leftover model processes (see service.read_test and mcp_rl.supervisor.upkeep).
 READS_TEST = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 MAX_TESTS_PAGE = 50

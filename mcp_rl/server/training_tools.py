@@ -6,9 +6,6 @@ supervisor per run), so every answer comes from the registry and the run directo
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,7 +20,6 @@ from mcp_rl.costs.training import estimate_training
 from mcp_rl.environments.discovery import task_class_names
 from mcp_rl.environments.validate import start_note
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore
-from mcp_rl.metrics.store import read_checkpoints, survivor_note
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import CHECKPOINTS_DIR
 from mcp_rl.server.budget import CallBudget, Progress, wait_job
@@ -31,18 +27,17 @@ from mcp_rl.server.cost_consent import confirm_training_start
 from mcp_rl.server.environment_tools import config_revision, selected_spec_ready
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
-from mcp_rl.supervisor import service, start_guard
+from mcp_rl.supervisor import service, start_guard, stop_wait, upkeep
+from mcp_rl.supervisor.bounded import bounded_latest, bounded_log, bounded_metrics
 from mcp_rl.supervisor.models import (
     RunList,
     RunStarted,
     RunStatus,
-    StopResult,
+    StopAnswer,
 )
 from mcp_rl.supervisor.pace import CheckLimiter
-from mcp_rl.supervisor.states import TERMINAL_STATES, RunState
+from mcp_rl.supervisor.states import RunState
 from mcp_rl.trainer.retention import disk_bytes
-
-log = logging.getLogger(__name__)
 
 # Status reads write nothing: a run whose supervisor died reads as failed at once, and the
 # server's own watcher (and every start) records that and ends its leftovers. Hosts that
@@ -64,9 +59,6 @@ step or the end without polling, use rl_wait_for_run; to follow a log, rl_read_l
 {note}"""
 
 MAX_RUNS_PAGE = 100
-# Answers are bounded: an agent pays for every byte, and Claude Code truncates long ones.
-RESOURCE_MAX_BYTES = 64_000
-LATEST_MAX_BYTES = 4_000
 
 
 class StartAnswer(RunStarted):
@@ -104,14 +96,6 @@ class StartAnswer(RunStarted):
         description="Estimated tokens and USD per step and for the run (low / expected / high), with what drives "
         "them; $0 on the local backend. The run's metrics then report what each step cost (estimated).",
     )
-
-
-class StopAnswer(StopResult):
-    in_progress: bool = Field(
-        False,
-        description="True: the stop goes on in the background; call rl_stop_training(run_id) again to collect it.",
-    )
-    stopping_for_s: float | None = None
 
 
 class RunPage(RunList):
@@ -162,56 +146,6 @@ def _with_links(model: BaseModel, run_id: str, logs: dict[str, str]) -> CallTool
     )
 
 
-def bounded_latest(status: RunStatus) -> RunStatus:
-    """The status with its full metrics line cut to LATEST_MAX_BYTES, saying where the rest is."""
-    if status.metrics is None or len(json.dumps(status.metrics.latest, default=str)) <= LATEST_MAX_BYTES:
-        return status
-    kept: dict[str, Any] = {}
-    size = 0
-    for key, value in status.metrics.latest.items():
-        size += len(json.dumps({key: value}, default=str))
-        if size > LATEST_MAX_BYTES:
-            break
-        kept[key] = value
-    left = len(status.metrics.latest) - len(kept)
-    kept["_more"] = f"{left} more keys: rl_get_results('{status.run_id}') or rl://runs/{status.run_id}/metrics"
-    return status.model_copy(update={"metrics": status.metrics.model_copy(update={"latest": kept})})
-
-
-def bounded_log(text: str, run_id: str, process: str) -> str:
-    """A log answer cut to its last RESOURCE_MAX_BYTES, at a line start, saying how to read more."""
-    data = text.encode()
-    if len(data) <= RESOURCE_MAX_BYTES:
-        return text
-    tail = data[-RESOURCE_MAX_BYTES:]
-    tail = tail[tail.find(b"\n") + 1 :]
-    return (
-        f"[cut to the last {len(tail)} bytes; rl_read_log('{run_id}', '{process}', cursor=0) pages through the "
-        f"whole log]\n" + tail.decode("utf-8", errors="replace")
-    )
-
-
-def bounded_metrics(data: dict[str, Any]) -> str:
-    """The metrics answer within RESOURCE_MAX_BYTES: the oldest rows go first, and it says so."""
-    text = json.dumps(data, indent=1)
-    rows = list(data.get("rows", []))
-    dropped = 0
-    while len(text.encode()) > RESOURCE_MAX_BYTES and rows:
-        cut = max(1, len(rows) // 4)
-        rows, dropped = rows[cut:], dropped + cut
-        text = json.dumps(
-            {
-                **data,
-                "rows": rows,
-                "count": len(rows),
-                "note": f"{dropped} older rows left out to stay under {RESOURCE_MAX_BYTES} bytes; rl_get_results "
-                "summarises the whole run and metrics.jsonl in the run folder has every step.",
-            },
-            indent=1,
-        )
-    return text
-
-
 def _start_answer(started: RunStarted, revision: str, key: str | None) -> StartAnswer:
     trainer = RunConfig.load(Path(started.config_path)).trainer
     answer = StartAnswer(
@@ -229,67 +163,6 @@ def _start_answer(started: RunStarted, revision: str, key: str | None) -> StartA
     if key is not None:
         answer.message += f" Retrying with idempotency_key {key!r} within {KEY_TTL_S / 3600:.0f} h returns this run."
     return answer
-
-
-STOP_AGAIN = (
-    " The stop goes on in the background: call rl_stop_training(run_id) again (or rl_wait_for_run(run_id)) "
-    "to wait for its end."
-)
-
-
-def _stop_answer(result: StopResult, seconds: float, settings: Any) -> StopAnswer:
-    in_progress = result.status == RunState.STOPPING
-    message = result.message + (STOP_AGAIN if in_progress else "") + _survivor(settings, result.run_id)
-    return StopAnswer(
-        **{**result.model_dump(), "message": message, "in_progress": in_progress}, stopping_for_s=round(seconds, 1)
-    )
-
-
-def _survivor(settings: Any, run_id: str) -> str:
-    """Which checkpoint survived the stop and until when (from the run's checkpoint index)."""
-    note = survivor_note(read_checkpoints(settings.runs_dir / run_id))
-    return f" Checkpoint: {note}" if note else ""
-
-
-def _alive(status: RunStatus) -> list[int]:
-    return [p.pid for p in status.processes.values() if p.alive and p.pid]
-
-
-async def _wait_for_stop(settings: Any, run_id: str, budget: CallBudget, progress: Progress) -> StopAnswer:
-    """Wait within `budget` for a stopping run to end and its processes to be gone; answer with
-    what is left of it."""
-    started = time.monotonic()
-    while True:
-        status = await anyio.to_thread.run_sync(lambda: service.run_status(settings, run_id))
-        finished = status.status in TERMINAL_STATES and not _alive(status)
-        if finished or budget.remaining() <= 0:
-            break
-        await progress.report(
-            await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, time.monotonic() - started))
-        )
-        await anyio.sleep(min(0.5, budget.remaining()))
-    left = _alive(status)
-    if not finished:
-        message = f"Run {run_id} is {status.status}; its processes are still being ended (pids {left})." + STOP_AGAIN
-    else:
-        message = f"Run {run_id} {status.status}" + (f": {status.cause}." if status.cause else ".")
-        message += " No process of the run is left." + _survivor(settings, run_id)
-    return StopAnswer(
-        run_id=run_id,
-        status=status.status,
-        was_running=True,
-        message=message,
-        processes_left=left,
-        in_progress=not finished,
-        stopping_for_s=round(time.monotonic() - started, 1),
-    )
-
-
-def _stop_progress(settings: Any, run_id: str, seconds: float) -> str:
-    """Which processes of a stopping run are still up, from the registry."""
-    registry = service.registry_for(settings)
-    states = ", ".join(f"{p.name} {p.state}" for p in registry.processes(run_id))
-    return f"stopping run {run_id} for {seconds:.0f} s: {states or 'no process recorded'}"
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -471,28 +344,20 @@ def register(mcp: MCPServer, state: AppState) -> None:
         budget = CallBudget(budget_s)
         progress = Progress(ctx, budget)
         before = await anyio.to_thread.run_sync(lambda: service.run_status(settings, run_id))
-        if before.status == RunState.STOPPING or (before.status in TERMINAL_STATES and _alive(before)):
-            # A stop is under way (an earlier call's, another server's, or a detached stopper
-            # ending what is left): wait for its end instead of starting another.
-            return await _wait_for_stop(settings, run_id, budget, progress)
-        # stop_run answers within the budget it is given (a detached stopper finishes what does
-        # not fit); the job is the safety net should it ever overrun.
-        job = jobs.start(
-            f"stop:{run_id}",
-            f"stopping run {run_id}",
-            lambda: service.stop_run(settings, run_id, budget_s=budget.remaining()),
-        )
-        while not job.done.is_set() and budget.remaining() > 0:
-            await wait_job(job, budget.part(2.0), progress)
-            if not job.done.is_set():
-                await progress.report(
-                    await anyio.to_thread.run_sync(lambda: _stop_progress(settings, run_id, job.running_for()))
-                )
-        if job.done.is_set():
-            jobs.forget(job)
-            result: StopResult = job.outcome()
-            return _stop_answer(result, job.running_for(), settings)
-        return await _wait_for_stop(settings, run_id, budget, progress)
+        if not stop_wait.stop_underway(before):
+            # stop_run answers within the budget it is given (a detached stopper finishes what
+            # does not fit); the job is the safety net should it ever overrun.
+            job = jobs.start(
+                f"stop:{run_id}",
+                f"stopping run {run_id}",
+                lambda: service.stop_run(settings, run_id, budget_s=budget.remaining()),
+            )
+            if await wait_job(
+                job, budget, progress, lambda: stop_wait.stop_progress(settings, run_id, job.running_for())
+            ):
+                jobs.forget(job)
+                return stop_wait.stop_answer(settings, job.outcome(), job.running_for())
+        return await stop_wait.wait_for_stop(settings, run_id, budget.remaining(), progress.report)
 
     @mcp.tool(title="List training runs", annotations=STATUS_READ)
     @tool_errors
@@ -576,29 +441,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
     def run_log_resource(run_id: str, process: str, tail: int = service.DEFAULT_LOG_TAIL) -> str:
         return bounded_log(service.read_log(settings, run_id, process, tail), run_id, process)
 
-    # --- start-up and the repair of dead runs ----------------------------------------------
+    # --- start-up and the repair of dead runs (mcp_rl.supervisor.upkeep) ---------------------
     async def reconcile_runs() -> None:
-        # In the background: ending a dead run's leftover processes can take a grace period,
-        # and start-up must stay fast.
-        def work() -> None:
-            try:
-                service.reconcile(settings)
-            except Exception:
-                log.exception("reconciling runs failed")
-
-        threading.Thread(target=work, name="reconcile-runs", daemon=True).start()
+        upkeep.reconcile_in_background(settings)
 
     async def repair_runs() -> None:
-        # The status tools only read (a dead run reads as failed); this records the end and
-        # has a detached stopper end the leftovers, within a watch interval of the death.
-        while True:
-            try:
-                repaired = await anyio.to_thread.run_sync(lambda: service.repair_dead_runs(settings))
-                if repaired:
-                    log.warning("runs whose supervisor died were recorded as ended: %s", ", ".join(repaired))
-            except Exception as exc:  # a locked or half-created state.db: try again next time
-                log.debug("repairing dead runs failed: %r", exc)
-            await anyio.sleep(settings.watch_interval_s)
+        await upkeep.repair_dead_runs_forever(settings)
 
     state.startup_hooks.append(reconcile_runs)
     state.background_tasks.append(repair_runs)

@@ -172,6 +172,15 @@ class StopResult(BaseModel):
     )
 
 
+# rl_stop_training's answer (no docstring: it would become the tool's output schema description).
+class StopAnswer(StopResult):
+    in_progress: bool = Field(
+        False,
+        description="True: the stop goes on in the background; call rl_stop_training(run_id) again to collect it.",
+    )
+    stopping_for_s: float | None = None
+
+
 class Cleanup(BaseModel):
     """What ending a run's leftover processes did."""
 

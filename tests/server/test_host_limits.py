@@ -306,7 +306,7 @@ async def test_smoke_test_tools_answer_unknown_ids_and_list_nothing(home: Path) 
 
 
 async def test_log_and_metrics_answers_are_byte_capped_and_say_how_to_get_more(home: Path) -> None:
-    from mcp_rl.server.training_tools import LATEST_MAX_BYTES, RESOURCE_MAX_BYTES
+    from mcp_rl.supervisor.bounded import LATEST_MAX_BYTES, RESOURCE_MAX_BYTES
 
     settings = _settings(home)
     run_dir = _record_run(settings, "abc12345")
