@@ -258,12 +258,28 @@ class VerifiersEnv(BaseEnv):
         if not episodes:
             return
         rewards = [float(e["reward"]) for e in episodes]
+        successes = [1.0 if r >= self.config.success_reward else 0.0 for r in rewards]
         self._eval_metrics = {
-            "eval/percent_correct": sum(r >= self.config.success_reward for r in rewards) / len(rewards),
+            "eval/percent_correct": sum(successes) / len(successes),
             "eval/mean_reward": sum(rewards) / len(rewards),
             "eval/items": float(len(rewards)),
             "eval/seconds": time.time() - start,
         }
+        # Per task, for mcp-rl's held-out figures (mcp_rl.evaluation.env_eval runs this evaluate()
+        # against the base and the trained weights and pairs the tasks by index); Atropos writes
+        # them only when data_dir_to_save_evals is set.
+        if self.config.data_dir_to_save_evals:
+            samples = [
+                {
+                    "id": f"task-{episode['task']}",
+                    "score": success,
+                    "reward": reward,
+                    "question": episode.get("prompt", ""),
+                    "response": episode.get("reply", ""),
+                }
+                for episode, reward, success in zip(episodes, rewards, successes, strict=True)
+            ]
+            await self.evaluate_log(metrics=dict(self._eval_metrics), samples=samples, verbose=False)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = {} if wandb_metrics is None else wandb_metrics
