@@ -1,7 +1,8 @@
 """A verifiers v1 taskset end to end: a procedural INFINITE taskset written for this test
 (tests/fixtures/verifiers_tasks/small_sums), rolled out through verifiers' null harness in the
 interpreter mcp-rl makes with verifiers==0.4.0, against the trainer's /inference/v1/generate:
-listed and trained 4 local steps with paired held-out figures from its own evaluate().
+listed, smoke-tested against the local model (token-in through the test's gateway), and trained 4
+local steps with paired held-out figures from its own evaluate().
 
 Real parts: the stdio MCP server, the supervisor, Atropos run-api, the trainer with the embedded
 model, verifiers' own Env/harness/TrainClient (and its chat program, synced by uv from the
@@ -24,6 +25,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import FIXTURES, REPO, stdio_params
+from tests.inference_test.helpers import read_until_done
 from tests.mcp_helpers import ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -65,6 +67,16 @@ async def test_verifiers_taskset_listed_and_trained(home: Path, families_dir: Pa
         assert selected["class_name"] == "VerifiersEnv"
         for field, value in SHORT.items():
             await ok(client, "rl_edit_config", {"field": field, "value": value})
+
+        # Smoke-tested: one group against the local model, token-in through the test's gateway.
+        tested = await ok(client, "rl_test_inference", {"num_steps": 1, "group_size": 4, "models": ["local"]})
+        if tested["state"] == "running":
+            tested = await read_until_done(client, tested["resource"], timeout_s=600)
+        assert tested["state"] == "completed", tested["message"]
+        local = tested["models_tested"][0]
+        assert local["state"] == "succeeded", (local.get("error"), local.get("log_tail"))
+        scores = [s for step in local["steps"] for s in step["scores"]]
+        assert len(scores) == 4 and set(scores) <= {0.0, 1.0} and local["usage"]["requests"] >= 4
 
         started = await ok(client, "rl_start_training")
         run_id = started["run_id"]

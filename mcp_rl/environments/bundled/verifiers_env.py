@@ -163,14 +163,18 @@ class VerifiersEnv(BaseEnv):
             "verifiers taskset %s (%s) ready; fields %s", self.config.taskset, described["class"], described["fields"]
         )
 
-    def _server(self) -> tuple[str, str, str]:
+    def _server(self) -> tuple[str, str, str, str | None]:
+        """(base URL, model name, tokenizer, the variable holding the endpoint's key or None)."""
         cfg = self.server.servers[0].config
         base = str(cfg.base_url).rstrip("/").removesuffix("/v1")
-        return base, str(cfg.model_name), str(self.config.tokenizer_name)
+        # No key in the config: Atropos's openai client reads OPENAI_API_KEY (a smoke test's
+        # gateway token); the worker's client reads the same variable then, and no key otherwise.
+        key_var = "OPENAI_API_KEY" if cfg.api_key is None else None
+        return base, str(cfg.model_name), str(self.config.tokenizer_name), key_var
 
     async def _rollouts(self, start: int, count: int, n: int, split: str) -> list[dict[str, Any]]:
         assert self._worker is not None
-        base, model, tokenizer = self._server()
+        base, model, tokenizer, key_var = self._server()
         config = dict(self.config.taskset_config)
         if split == "eval" and self._has_seed:
             config["seed"] = EVAL_SEED_BASE
@@ -184,6 +188,7 @@ class VerifiersEnv(BaseEnv):
             "base_url": base,
             "model": model,
             "renderer_model": tokenizer,
+            "api_key_var": key_var,
             "sampling": {
                 "max_tokens": self.config.max_tokens,
                 "temperature": 0.0 if split == "eval" else self.config.temperature,
