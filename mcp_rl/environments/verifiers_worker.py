@@ -8,7 +8,7 @@ one request a line on stdin, one answer a line on stdout (logs go to stderr).
     {"op": "describe", "taskset": ID, "config": {...}}
         -> {"ok": true, "taskset": ID, "class": NAME, "infinite": BOOL, "fields": [{name, default, description}]}
     {"op": "rollouts", "taskset": ID, "config": {...}, "start": I, "count": C, "n": N,
-     "base_url": URL, "model": NAME, "renderer_model": PATH, "sampling": {...}}
+     "base_url": URL, "model": NAME, "renderer_model": PATH, "api_key_var": NAME or null, "sampling": {...}}
         -> {"ok": true, "episodes": [{"task": I, "ok": BOOL, "error": TEXT, "reward": R, "prompt": TEXT,
              "reply": TEXT, "turns": [{"token_ids": [...], "mask": [...], "logprobs": [...]}]}]}
 
@@ -32,6 +32,8 @@ from verifiers.v1.clients import ModelContext
 from verifiers.v1.configs.client import TrainClientConfig
 from verifiers.v1.types import SamplingConfig
 from verifiers.v1.utils.loaders import load_environment, resolve_env_config
+
+NO_KEY_VAR = "MCP_RL_VERIFIERS_NO_KEY"
 
 
 def _env_config(taskset: str, config: dict[str, Any]) -> Any:
@@ -104,6 +106,9 @@ class Rollouts:
         tasks = list(env.taskset.skip(int(request["start"])).take(int(request["count"])))
         client = TrainClientConfig(
             base_url=request["base_url"].rstrip("/") + "/v1",
+            # The variable holding the endpoint's key (a smoke test's gateway token), else one
+            # nobody sets: verifiers' default, PRIME_API_KEY, would send the user's Prime key.
+            api_key_var=request.get("api_key_var") or NO_KEY_VAR,
             renderer_model_name=request.get("renderer_model"),
             # The chat program always offers tools; renderers' default (chat-template) renderer
             # refuses tools without a parser. Models outside renderers' map get Qwen3's

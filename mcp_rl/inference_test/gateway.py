@@ -55,6 +55,14 @@ PREFLIGHT_TIMEOUT_S = 15.0
 UNCAPPED_BELOW = 8192
 _TRANSIENT = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
+# Token-in generation (verifiers' TrainClient posts token ids to /inference/v1/generate): the
+# local model server and a run checkpoint's serve it; OpenRouter takes chat requests only.
+TOKEN_IN_PREFIX = "/inference/"
+TOKEN_IN_REMOTE = (
+    "mcp-rl test gateway: token-in generation (/inference/v1/generate) is served by the local model and "
+    "run checkpoints only; OpenRouter models take chat requests"
+)
+
 StopState = Literal["failed", "over_budget"]
 
 
@@ -356,6 +364,11 @@ class Lane:
         except (json.JSONDecodeError, AttributeError, TypeError):
             return 400, b'{"error": {"message": "mcp-rl test gateway: the request body is not a JSON object"}}'
         url = self.upstream + suffix
+        if suffix.startswith(TOKEN_IN_PREFIX):
+            if self.remote:
+                return 400, json.dumps({"error": {"message": TOKEN_IN_REMOTE}}).encode()
+            # vLLM's token-in routes sit at the server's root, not under its /v1.
+            url = self.upstream.removesuffix("/v1") + suffix
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"

@@ -1,9 +1,9 @@
 """An OpenEnv environment end to end: a guess-the-number `Environment` written for this test
 (tests/fixtures/openenv_guess, the `openenv init` layout) served by openenv==0.10.0's
 `create_app` in the openenv interpreter mcp-rl makes; listed, smoke-tested against the local
-model, trained 4 local steps, and its server stopped with the run. (Held-out figures: Atropos
-starts evaluate() as a background task when the step counter crosses steps_per_eval; in a 4-step
-run none was logged before the run ended, so they are not asserted here.)
+model, trained 4 local steps with held-out figures (its own evaluate() on fixed seeds, run by
+mcp-rl on the base and on the last step's weights, paired seed by seed), and its server stopped
+with the run.
 
 Real parts: the stdio MCP server, the supervisor, Atropos run-api, the trainer with the embedded
 model, uvicorn serving the environment in its own venv, WebSocket sessions between them.
@@ -44,8 +44,6 @@ SHORT = {
     "max_tokens_per_turn": 4,
     "max_turns": 4,
     "eval_episodes": 8,
-    # Atropos runs evaluate() when the step counter crosses a multiple of this (steps 2 and 4).
-    "steps_per_eval": 2,
 }
 
 
@@ -122,8 +120,12 @@ async def test_openenv_folder_listed_played_trained_and_stopped(home: Path, fami
     run_dir = Path(results["run_dir"])
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # Step 0 is the base's held-out evaluation on fixed seeds, before any training step.
-    steps = [s for s in lines if s["step"] >= 1]
-    assert [s["step"] for s in steps] == [1, 2, 3, 4] and {s["step"] for s in lines} <= {0, 1, 2, 3, 4}
+    assert [s["step"] for s in lines] == [0, 1, 2, 3, 4]
+    assert lines[0]["eval/n"] == lines[-1]["eval/n"] == SHORT["eval_episodes"]
+    held_out = results["held_out"]
+    assert held_out is not None and (held_out["n"], held_out["base_step"], held_out["step"]) == (8, 0, 4), held_out
+    assert held_out["paired"] and held_out["trained_score"] is not None, held_out
+    steps = lines[1:]
     for step in steps:
         assert step["batch/sequences"] == 8 and step["tokens/trained"] > 0
     env_lines = [json.loads(line) for line in (run_dir / "env_metrics.jsonl").read_text().splitlines()]

@@ -244,3 +244,52 @@ def test_the_gateway_wants_its_token() -> None:
         with pytest.raises(openai.AuthenticationError):
             _ask(stranger, model)
     assert fake.requests == [] and lane.snapshot().requests == 0
+
+
+def test_token_in_generation_reaches_a_local_server_root_and_is_refused_for_openrouter() -> None:
+    """verifiers' TrainClient posts token ids to <base>/inference/v1/generate: a local model's
+    server has it at its root (not under /v1); OpenRouter has no such route."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    seen: list[str] = []
+
+    class Upstream(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.path)
+            data = json.dumps({"choices": [{"token_ids": [7], "finish_reason": "length"}]}).encode()
+            self.send_response(200 if self.path == "/inference/v1/generate" else 404)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    local = ModelSpec(id="local", name="local", scale="tiny", provider="local", slug="local")
+    body = {"model": "local", "prompt": {"token_ids": [1, 2]}, "sampling_params": {"max_tokens": 1}}
+    try:
+        with FakeOpenRouter(api_key=KEY) as fake:
+            with _through_gateway(fake, local, upstream=f"http://127.0.0.1:{server.server_port}/v1") as (client, _):
+                base = str(client.base_url).rstrip("/").removesuffix("/v1")
+                auth = {"Authorization": f"Bearer {client.api_key}"}
+                answer = httpx.post(f"{base}/inference/v1/generate", json=body, headers=auth, timeout=10)
+            assert answer.status_code == 200 and answer.json()["choices"][0]["token_ids"] == [7]
+            assert seen == ["/inference/v1/generate"]
+            remote = _model("qwen/qwen3-8b")
+            with _through_gateway(fake, remote) as (client, lane):
+                base = str(client.base_url).rstrip("/").removesuffix("/v1")
+                auth = {"Authorization": f"Bearer {client.api_key}"}
+                refused = httpx.post(f"{base}/inference/v1/generate", json=body, headers=auth, timeout=10)
+                assert lane.snapshot().requests == 0
+            assert refused.status_code == 400 and "token-in" in refused.json()["error"]["message"]
+            assert fake.requests == []
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -163,14 +163,18 @@ class VerifiersEnv(BaseEnv):
             "verifiers taskset %s (%s) ready; fields %s", self.config.taskset, described["class"], described["fields"]
         )
 
-    def _server(self) -> tuple[str, str, str]:
+    def _server(self) -> tuple[str, str, str, str | None]:
+        """(base URL, model name, tokenizer, the variable holding the endpoint's key or None)."""
         cfg = self.server.servers[0].config
         base = str(cfg.base_url).rstrip("/").removesuffix("/v1")
-        return base, str(cfg.model_name), str(self.config.tokenizer_name)
+        # No key in the config: Atropos's openai client reads OPENAI_API_KEY (a smoke test's
+        # gateway token); the worker's client reads the same variable then, and no key otherwise.
+        key_var = "OPENAI_API_KEY" if cfg.api_key is None else None
+        return base, str(cfg.model_name), str(self.config.tokenizer_name), key_var
 
     async def _rollouts(self, start: int, count: int, n: int, split: str) -> list[dict[str, Any]]:
         assert self._worker is not None
-        base, model, tokenizer = self._server()
+        base, model, tokenizer, key_var = self._server()
         config = dict(self.config.taskset_config)
         if split == "eval" and self._has_seed:
             config["seed"] = EVAL_SEED_BASE
@@ -184,6 +188,7 @@ class VerifiersEnv(BaseEnv):
             "base_url": base,
             "model": model,
             "renderer_model": tokenizer,
+            "api_key_var": key_var,
             "sampling": {
                 "max_tokens": self.config.max_tokens,
                 "temperature": 0.0 if split == "eval" else self.config.temperature,
@@ -258,12 +263,28 @@ class VerifiersEnv(BaseEnv):
         if not episodes:
             return
         rewards = [float(e["reward"]) for e in episodes]
+        successes = [1.0 if r >= self.config.success_reward else 0.0 for r in rewards]
         self._eval_metrics = {
-            "eval/percent_correct": sum(r >= self.config.success_reward for r in rewards) / len(rewards),
+            "eval/percent_correct": sum(successes) / len(successes),
             "eval/mean_reward": sum(rewards) / len(rewards),
             "eval/items": float(len(rewards)),
             "eval/seconds": time.time() - start,
         }
+        # Per task, for mcp-rl's held-out figures (mcp_rl.evaluation.env_eval runs this evaluate()
+        # against the base and the trained weights and pairs the tasks by index); Atropos writes
+        # them only when data_dir_to_save_evals is set.
+        if self.config.data_dir_to_save_evals:
+            samples = [
+                {
+                    "id": f"task-{episode['task']}",
+                    "score": success,
+                    "reward": reward,
+                    "question": episode.get("prompt", ""),
+                    "response": episode.get("reply", ""),
+                }
+                for episode, reward, success in zip(episodes, rewards, successes, strict=True)
+            ]
+            await self.evaluate_log(metrics=dict(self._eval_metrics), samples=samples, verbose=False)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = {} if wandb_metrics is None else wandb_metrics
