@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import httpx
 
 from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings
 from mcp_rl.settings import bundled_environments_dir
+from tests.kit.wait import wait_for
 
 ARITHMETIC = bundled_environments_dir() / "arithmetic.py"
 
@@ -177,24 +177,6 @@ def start(name: str, argv: list[str], log: Path, env: dict[str, str], cwd: Path)
     return Proc(name, popen, log)
 
 
-def wait_until(check: Any, deadline_s: float, what: str, procs: list[Proc], interval: float = 0.2) -> Any:
-    """Poll `check()` until it returns something truthy; fail early if a process died."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = check()
-        if value:
-            return value
-        for proc in procs:
-            if not proc.alive():
-                raise AssertionError(
-                    f"{proc.name} exited ({proc.popen.returncode}) while waiting for {what}:\n{proc.tail()}"
-                )
-        if time.monotonic() > end:
-            tails = "\n".join(f"--- {p.name}\n{p.tail()}" for p in procs)
-            raise AssertionError(f"{what} not reached in {deadline_s:.0f} s\n{tails}")
-        time.sleep(interval)
-
-
 def http_ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2.0).status_code == 200
@@ -236,7 +218,9 @@ class LocalRun:
             self.config.paths.run_dir,
         )
         self.procs["api"] = proc
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{self.config.ports.api}/status"), 60, "run-api /status", [proc])
+        wait_for(
+            lambda: http_ok(f"http://127.0.0.1:{self.config.ports.api}/status"), 60, "run-api /status", watch=[proc]
+        )
         return proc
 
     def start_trainer(self) -> Proc:
@@ -248,11 +232,11 @@ class LocalRun:
             self.config.paths.run_dir,
         )
         self.procs["trainer"] = proc
-        wait_until(
+        wait_for(
             lambda: http_ok(f"http://127.0.0.1:{self.config.ports.inference}/health"),
             180,
             "trainer inference /health",
-            [proc],
+            watch=[proc],
         )
         return proc
 

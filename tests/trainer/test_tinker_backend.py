@@ -27,13 +27,13 @@ from tests.fakes.tinker_server import (
     policy_logprob,
     write_tiny_tokenizer,
 )
+from tests.kit.wait import wait_for
 from tests.trainer.run_harness import (
     arithmetic_run_config,
     child_env,
     http_ok,
     start,
     venv_bin,
-    wait_until,
 )
 
 MODEL = "Qwen/Qwen3-8B"
@@ -289,7 +289,7 @@ async def test_trainer_run_on_the_wire_records_saved_paths_and_finishes_the_sess
     )
     try:
         with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            wait_for(lambda: http_ok(f"{api_url}/status"), 60, "run-api", watch=[api])
             settings = Settings.from_env({**child_env(tmp_path), "MCP_RL_TINKER_CHECKPOINT_TTL": "86400"})
             trainer = Trainer(
                 config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s)
@@ -390,7 +390,7 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(
     )
     try:
         with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            wait_for(lambda: http_ok(f"{api_url}/status"), 60, "run-api", watch=[api])
             trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
             task = asyncio.create_task(trainer.run())
             await _wait_registered(api_url, task)

@@ -25,7 +25,8 @@ from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest
 from mcp_rl.trainer.loop import Trainer
 from tests.fakes.tinker_server import write_tiny_tokenizer
-from tests.trainer.run_harness import child_env, http_ok, start, venv_bin, wait_until
+from tests.kit.wait import wait_for
+from tests.trainer.run_harness import child_env, http_ok, start, venv_bin
 from tests.trainer.test_tinker_backend import _group, _tinker_config, _wait_registered, example, make_backend, serve
 
 
@@ -71,7 +72,7 @@ async def test_a_run_reports_the_servers_tokens_and_ends_at_its_cost_cap_with_th
     )
     try:
         with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            wait_for(lambda: http_ok(f"{api_url}/status"), 60, "run-api", watch=[api])
             settings = Settings.from_env({**child_env(tmp_path), "MCP_RL_TINKER_CHECKPOINT_TTL": "86400"})
             trainer = Trainer(
                 config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s)

@@ -12,7 +12,8 @@ import pytest
 
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.loop import Trainer
-from tests.trainer.run_harness import child_env, http_ok, start, venv_bin, wait_until
+from tests.kit.wait import wait_for
+from tests.trainer.run_harness import child_env, http_ok, start, venv_bin
 from tests.trainer.test_tinker_backend import _group, _tinker_config, _wait_registered, make_backend, serve
 from tests.trainer.test_tinker_backend import tokenizer_dir as tokenizer_dir
 
@@ -43,7 +44,7 @@ async def test_tinker_gets_no_zero_advantage_datum_and_no_overridden_sequence(
     )
     try:
         with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            wait_for(lambda: http_ok(f"{api_url}/status"), 60, "run-api", watch=[api])
             settings = Settings.from_env(child_env(tmp_path))
             trainer = Trainer(config, settings, lambda c, s: make_backend(server))
             task = asyncio.create_task(trainer.run())
@@ -118,7 +119,7 @@ async def test_tinker_trains_nothing_more_than_one_step_behind_and_reports_the_l
     )
     try:
         with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
+            wait_for(lambda: http_ok(f"{api_url}/status"), 60, "run-api", watch=[api])
             trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
             task = asyncio.create_task(trainer.run())
             await _wait_registered(api_url, task)
