@@ -3,7 +3,7 @@
 The processes are the real ones the supervisor starts: `run-api` from the venv, `python -m
 mcp_rl.trainer --config run.yaml` and `python <env file> serve --config run.yaml`. Each runs in
 its own session with stdin closed and output in a log file; every wait is a probe with a deadline.
-The run.yaml is built here in the shape the lead's `build_run_config` renders.
+The run.yaml comes from tests/kit/runs.py.
 """
 
 from __future__ import annotations
@@ -20,11 +20,8 @@ from typing import Any
 
 import httpx
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings
-from mcp_rl.settings import bundled_environments_dir
+from mcp_rl.runconfig import RunConfig
 from tests.kit.wait import wait_for
-
-ARITHMETIC = bundled_environments_dir() / "arithmetic.py"
 
 
 def free_port() -> int:
@@ -39,80 +36,6 @@ def venv_bin(name: str) -> str:
     if not path.exists():
         raise FileNotFoundError(f"{name} not found next to {sys.executable}")
     return str(path)
-
-
-def arithmetic_run_config(
-    run_dir: Path,
-    model_dir: Path,
-    *,
-    num_steps: int = 3,
-    batch_size: int = 8,
-    group_size: int = 4,
-    learning_rate: float = 2e-4,
-    lora_rank: int = 8,
-    max_new_tokens: int = 8,
-    save_checkpoint_interval: int = 0,
-    max_batches_offpolicy: int = 1,
-    max_num_workers: int = 4,
-    batch_wait_timeout_s: float = 300.0,
-    api_unreachable_timeout_s: float = 20.0,
-    resume: bool = True,
-    run_id: str = "test",
-    env_overrides: dict[str, Any] | None = None,
-) -> RunConfig:
-    model = str(model_dir)
-    env: dict[str, Any] = {
-        "tokenizer_name": model,
-        "use_wandb": False,
-        "wandb_name": f"arithmetic-{run_id}",
-        "total_steps": num_steps,
-        "batch_size": batch_size,
-        "group_size": group_size,
-        "max_token_length": 512,
-        "max_num_workers": max_num_workers,
-        "worker_timeout": 600,
-        "steps_per_eval": 1000000,
-        "max_batches_offpolicy": max_batches_offpolicy,
-        "inference_weight": 1.0,
-        "eval_limit_ratio": 0.1,
-        "max_new_tokens": max_new_tokens,
-    }
-    env.update(env_overrides or {})
-    config = RunConfig(
-        run_id=run_id,
-        environment=EnvironmentRef(
-            name="arithmetic", class_name="ArithmeticEnv", file_path=ARITHMETIC, project_root=ARITHMETIC.parent
-        ),
-        paths=RunPaths.for_run(run_dir),
-        env=env,
-        openai=[
-            {
-                "model_name": model,
-                "tokenizer_name": model,
-                "base_url": "http://127.0.0.1:1/v1",
-                "api_key": "x",
-                "server_type": "sglang",
-                "health_check": False,
-                "timeout": 600,
-                "num_requests_for_eval": 16,
-            }
-        ],
-        trainer=TrainerSettings(
-            backend="local",
-            base_model=model,
-            num_steps=num_steps,
-            batch_size=batch_size,
-            group_size=group_size,
-            lora_rank=lora_rank,
-            learning_rate=learning_rate,
-            max_token_trainer_length=512,
-            save_checkpoint_interval=save_checkpoint_interval,
-            batch_wait_timeout_s=batch_wait_timeout_s,
-            api_unreachable_timeout_s=api_unreachable_timeout_s,
-            resume=resume,
-        ),
-    )
-    return config.with_ports(api=free_port(), inference=free_port())
 
 
 @dataclass

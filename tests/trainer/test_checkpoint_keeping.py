@@ -16,7 +16,8 @@ from mcp_rl.trainer.loop import Trainer
 from mcp_rl.trainer.retention import disk_bytes, prune
 from mcp_rl.trainer.status import RunRecorder
 from tests.fakes.tinker_server import TinkerServer, TinkerWire, write_tiny_tokenizer
-from tests.trainer.run_harness import arithmetic_run_config, child_env
+from tests.kit.runs import arithmetic_run_config
+from tests.trainer.run_harness import child_env
 
 MODEL = "Qwen/Qwen3-8B"
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit.runs import arithmetic_run_config
 from tests.kit.wait import wait_for
-from tests.trainer.run_harness import LocalRun, arithmetic_run_config, free_port
+from tests.trainer.run_harness import LocalRun, free_port
 
 pytestmark = pytest.mark.slow
 

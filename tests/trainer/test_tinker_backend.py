@@ -27,9 +27,9 @@ from tests.fakes.tinker_server import (
     policy_logprob,
     write_tiny_tokenizer,
 )
+from tests.kit.runs import arithmetic_run_config
 from tests.kit.wait import wait_for
 from tests.trainer.run_harness import (
-    arithmetic_run_config,
     child_env,
     http_ok,
     start,

@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
-from mcp_rl.rundir import RunPaths
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import launch, tinker_sdk
 from tests.conftest import make_env
 from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
+from tests.kit.runs import run_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("tinker_dialect_scenario.py")
@@ -109,21 +108,8 @@ def test_auto_asks_the_server_and_the_trainer_gets_that_sdk_first_on_its_path(
             assert tinker_sdk.resolve("auto", server.base_url, API_KEY) == dialect
     home = tmp_path / "home"
     settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY))
-    config = RunConfig(
-        run_id="r1",
-        environment=EnvironmentRef(name="e", class_name="E", file_path=tmp_path / "e.py", project_root=tmp_path),
-        paths=RunPaths.for_run(tmp_path / "run"),
-        env={},
-        openai=[],
-        trainer=TrainerSettings(
-            backend="tinker",
-            base_model="m",
-            num_steps=1,
-            batch_size=2,
-            group_size=2,
-            tinker_base_url="http://127.0.0.1:1",
-            tinker_sdk="0.25",
-        ),
+    config = run_config(
+        tmp_path / "run", run_id="r1", backend="tinker", tinker_base_url="http://127.0.0.1:1", tinker_sdk="0.25"
     )
     (home / "tinker-sdk").mkdir(parents=True)
     os.symlink(sdk_025, home / "tinker-sdk" / sdk_025.name)

@@ -20,7 +20,7 @@ from mcp_rl.weights.tinker_download import download_checkpoint, safe_target
 from mcp_rl.weights.worker import run as run_worker
 from tests.conftest import make_env
 from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
-from tests.trainer.run_harness import arithmetic_run_config
+from tests.kit.runs import arithmetic_run_config
 
 MODEL = "Qwen/Qwen3-8B"
 
