@@ -19,18 +19,13 @@ import pytest
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import launch, tinker_sdk
 from tests.conftest import make_env
-from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
+from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire
 from tests.kit.runs import run_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("tinker_dialect_scenario.py")
 # Shared by test sessions (pip install of one small wheel, once per machine).
 SDK_CACHE = Path(os.path.expanduser("~/.cache/mcp-rl-ci/tinker-sdk"))
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +54,8 @@ def scenario(server: TinkerServer, sdk: Path | None, home: Path) -> tuple[dict[s
     return (json.loads(lines[-1][len("RESULT ") :]) if lines else None), done.stderr[-3000:]
 
 
-def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str, tmp_path: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.38")) as server:
+def test_sdk_038_against_hosted_tinkers_dialect(tiny_tokenizer: str, tmp_path: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect="0.38")) as server:
         result, err = scenario(server, None, tmp_path)
         wire = server.wire
     assert result is not None, err
@@ -74,8 +69,8 @@ def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str, tmp_path: Pa
     assert [s["finished"] for s in wire.sessions.values()] == ["success", "success"]
 
 
-def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_025: Path, tmp_path: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.25")) as server:
+def test_sdk_025_against_a_self_hosted_servers_dialect(tiny_tokenizer: str, sdk_025: Path, tmp_path: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect="0.25")) as server:
         result, err = scenario(server, sdk_025, tmp_path)
         wire = server.wire
     assert result is not None, err
@@ -91,20 +86,20 @@ def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_0
     assert [s["finished"] for s in wire.sessions.values()] == [None, None]
 
 
-def test_sdk_038_against_a_self_hosted_server_fails_where_the_issue_says(tokenizer_dir: str, tmp_path: Path) -> None:
+def test_sdk_038_against_a_self_hosted_server_fails_where_the_issue_says(tiny_tokenizer: str, tmp_path: Path) -> None:
     """Why the dialects exist: today's SDK asserts sample_sequence_ids, which SkyRL does not send."""
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.25")) as server:
+    with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect="0.25")) as server:
         result, err = scenario(server, None, tmp_path)
     assert result is None and "sample_sequence_ids" in err
 
 
 def test_auto_asks_the_server_and_the_trainer_gets_that_sdk_first_on_its_path(
-    tokenizer_dir: str, sdk_025: Path, tmp_path: Path
+    tiny_tokenizer: str, sdk_025: Path, tmp_path: Path
 ) -> None:
     assert tinker_sdk.resolve("auto", None, None) == "0.38"  # hosted Tinker: today's SDK, nothing asked
     assert tinker_sdk.resolve("0.25", None, None) == "0.25"
     for dialect in ("0.38", "0.25"):
-        with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect=dialect)) as server:
+        with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect=dialect)) as server:
             assert tinker_sdk.resolve("auto", server.base_url, API_KEY) == dialect
     home = tmp_path / "home"
     settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY))
