@@ -144,6 +144,15 @@ def model_dir(default_model: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     yield default_model
 
 
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny tokenizer folder (w0..w255, EOS 1): what the loopback Tinker serves (tests/kit/tinker_wire.py)."""
+    # only the tests that ask for it import the fake (and numpy)
+    from tests.fakes.tinker_server import write_tiny_tokenizer
+
+    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
 @pytest.fixture
 def settings(home: Path) -> Settings:
     return Settings.from_env(make_env(home))

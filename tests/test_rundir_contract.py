@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.metrics import env_metrics, results, store
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
 from mcp_rl.rundir import (
     ENV_METRICS_FILE,
     LOSS_KEY,
@@ -34,6 +33,7 @@ from mcp_rl.supervisor.supervisor import RunSupervisor
 from mcp_rl.trainer.advantages import BatchStats
 from mcp_rl.trainer.loop import batch_metrics
 from mcp_rl.trainer.status import RunRecorder, last_state
+from tests.kit.runs import run_config
 
 STEPS = 2
 REWARDS = {1: 0.25, 2: 0.75}
@@ -61,15 +61,15 @@ def _stats(reward: float) -> BatchStats:
 def write_run(settings: Settings, run_id: str, *, fail_at: int | None = None) -> RunPaths:
     """A run folder as the trainer writes it, phase by phase (the path of mcp_rl.trainer.loop)."""
     paths = RunPaths.for_run(settings.runs_dir / run_id)
-    RunConfig(
+    run_config(
+        paths.run_dir,
         run_id=run_id,
-        environment=EnvironmentRef(
-            name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")
-        ),
-        paths=paths,
         env={"group_size": 4, "batch_size": 8},
         openai=[{"model_name": "m", "base_url": "http://127.0.0.1:1/v1", "api_key": "x"}],
-        trainer=TrainerSettings(base_model="/nowhere/model", num_steps=STEPS, batch_size=8, group_size=4),
+        base_model="/nowhere/model",
+        num_steps=STEPS,
+        batch_size=8,
+        group_size=4,
     ).dump(paths.run_dir / "run.yaml")
     recorder = RunRecorder(paths, STEPS)
     recorder.update(phase=TrainerPhase.STARTING)

@@ -18,8 +18,8 @@ from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest
 from mcp_rl.trainer.backends.tinker import TinkerBackend
 from tests.conftest import make_env
-from tests.fakes.tinker_server import API_KEY, BILLED_USD_PER_MILLION, TinkerServer, TinkerWire, write_tiny_tokenizer
-from tests.trainer.test_tinker_backend import _tinker_config, example, make_backend
+from tests.fakes.tinker_server import API_KEY, BILLED_USD_PER_MILLION, TinkerServer
+from tests.kit.tinker_wire import example, make_backend, serve, tinker_run_config
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -35,11 +35,12 @@ def _use(backend: TinkerBackend) -> None:
 
 
 @pytest.mark.anyio
-async def test_the_runs_billed_usage_is_what_tinker_reports_for_its_sessions(home: Path, tmp_path: Path) -> None:
-    tokenizer = write_tiny_tokenizer(tmp_path / "tokenizer")
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer)) as server:
+async def test_the_runs_billed_usage_is_what_tinker_reports_for_its_sessions(
+    home: Path, tmp_path: Path, tiny_tokenizer: str
+) -> None:
+    with serve(tiny_tokenizer) as server:
         settings = _settings(home, server)
-        config = _tinker_config(tmp_path, tokenizer, run_id="billrun")
+        config = tinker_run_config(tmp_path, tiny_tokenizer, run_id="billrun")
         ours = TinkerBackend.from_settings(config, settings)
         _use(ours)
         other = make_backend(server)  # another session (no run metadata): not this run's usage

@@ -9,11 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
-from mcp_rl.rundir import CheckpointRecord, RunPaths
+from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import CheckpointRecord
 from mcp_rl.settings import Settings
-
-ARITHMETIC = Path(__file__).resolve().parents[2] / "mcp_rl" / "environments" / "bundled" / "arithmetic.py"
+from tests.kit.runs import ARITHMETIC_ENV, run_config
 
 
 def write_run_file(
@@ -25,28 +24,20 @@ def write_run_file(
     steps: int = 4,
     tokenizer_path: str | None = None,
 ) -> RunConfig:
-    run_dir = settings.runs_dir / run_id
-    paths = RunPaths.for_run(run_dir)
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
-    config = RunConfig(
+    return run_config(
+        settings.runs_dir / run_id,
         run_id=run_id,
-        environment=EnvironmentRef(
-            name="arithmetic", class_name="ArithmeticEnv", file_path=ARITHMETIC, project_root=ARITHMETIC.parent
-        ),
-        paths=paths,
+        environment=ARITHMETIC_ENV,
         env={"group_size": 4, "batch_size": 8, "total_steps": steps},
         openai=[{"model_name": base_model, "base_url": "http://127.0.0.1:1/v1", "api_key": "x"}],
-        trainer=TrainerSettings(
-            backend=backend,  # type: ignore[arg-type]
-            base_model=base_model,
-            tokenizer_path=tokenizer_path,
-            num_steps=steps,
-            batch_size=8,
-            group_size=4,
-        ),
+        backend=backend,
+        base_model=base_model,
+        tokenizer_path=tokenizer_path,
+        num_steps=steps,
+        batch_size=8,
+        group_size=4,
+        dump=True,
     )
-    config.dump(run_dir / "run.yaml")
-    return config
 
 
 def record_checkpoint(config: RunConfig, step: int, kind: str, path: str, final: bool = False) -> None:

@@ -14,18 +14,18 @@ from mcp_rl.run_checkpoints import TINKER_OPENAI_BASE_URL
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
 from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
-from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
+from tests.fakes.tinker_server import API_KEY
+from tests.kit.tinker_wire import serve
 
 BASE = "Qwen/Qwen3-4B-Instruct-2507"
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_tinker_checkpoint_against_its_base(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tinker_checkpoint_against_its_base(home: Path, tiny_tokenizer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tinker
 
-    tokenizer = write_tiny_tokenizer(tmp_path / "tokenizer")
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer)) as server:
+    with serve(tiny_tokenizer) as server:
         # The run's saved sampler weights, made on the fake through the SDK as the trainer does.
         service = tinker.ServiceClient(base_url=server.base_url, api_key=API_KEY)
         training = service.create_lora_training_client(base_model=BASE, rank=8)
@@ -34,7 +34,7 @@ def test_tinker_checkpoint_against_its_base(home: Path, tmp_path: Path, monkeypa
         monkeypatch.setenv("TINKER_API_KEY", API_KEY)
         monkeypatch.setenv("TINKER_BASE_URL", server.base_url)
         settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY, TINKER_BASE_URL=server.base_url))
-        config = write_run_file(settings, "t1", base_model=BASE, backend="tinker", tokenizer_path=tokenizer)
+        config = write_run_file(settings, "t1", base_model=BASE, backend="tinker", tokenizer_path=tiny_tokenizer)
         record_checkpoint(config, 3, "state", "tinker://x/weights/step_000003")
         record_checkpoint(config, 3, "sampler", path, final=True)
         sessions_before = len(server.wire.sampling_sessions)

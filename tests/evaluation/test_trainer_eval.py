@@ -16,9 +16,10 @@ from mcp_rl.evaluation.heldout import NoHeldOutItems, held_out_set
 from mcp_rl.evaluation.outcomes import read_outcomes
 from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, start_line
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
-from mcp_rl.rundir import RunPaths, eval_outcomes_file
+from mcp_rl.runconfig import EnvironmentRef, RunConfig
+from mcp_rl.rundir import eval_outcomes_file
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
+from tests.kit.runs import run_config
 
 
 class CharTokenizer:
@@ -54,17 +55,15 @@ class Calculator(Sampler):
 
 
 def _config(tmp_path: Path, environment: str = "arithmetic", eval_every: int = 0) -> RunConfig:
-    return RunConfig(
-        run_id="t",
-        environment=EnvironmentRef(
-            name=environment, class_name="X", file_path=tmp_path / "env.py", project_root=tmp_path
-        ),
-        paths=RunPaths.for_run(tmp_path / "run"),
+    ref = EnvironmentRef(name=environment, class_name="X", file_path=tmp_path / "env.py", project_root=tmp_path)
+    return run_config(
+        tmp_path / "run",
+        environment=ref,
         env={"max_operand": 20},
-        openai=[],
-        trainer=TrainerSettings(
-            backend="local", base_model="m", num_steps=10, batch_size=8, group_size=4, eval_every=eval_every
-        ),
+        num_steps=10,
+        batch_size=8,
+        group_size=4,
+        eval_every=eval_every,
     )
 
 

@@ -25,15 +25,17 @@ import psutil
 import pytest
 
 from mcp_rl import processes
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings
+from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.models import StopResult
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import PROCESS_NAMES, ProcState, RunState, run_marker
 from tests.conftest import REPO, make_env
+from tests.kit.runs import run_config
+from tests.kit.wait import wait_for
 from tests.records import run_record
-from tests.supervisor.helpers import Stranger, wait_for
+from tests.supervisor.helpers import Stranger
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -98,18 +100,8 @@ def start_run(settings: Settings, registry: Registry) -> StandinRun:
     """Record a run as rl_start_training does and launch the real supervisor program on it."""
     run_id = uuid.uuid4().hex[:8]
     run_dir = settings.runs_dir / run_id
-    (run_dir / "logs").mkdir(parents=True)
-    config = RunConfig(
-        run_id=run_id,
-        environment=EnvironmentRef(
-            name="standin", class_name="StandIn", file_path=run_dir / "env.py", project_root=run_dir
-        ),
-        paths=RunPaths.for_run(run_dir),
-        env={},
-        openai=[],
-        trainer=TrainerSettings(base_model="stand-in", num_steps=1000, batch_size=2, group_size=2),
-    )
-    config.dump(run_dir / "run.yaml")
+    ref = EnvironmentRef(name="standin", class_name="StandIn", file_path=run_dir / "env.py", project_root=run_dir)
+    run_config(run_dir, run_id=run_id, environment=ref, base_model="stand-in", num_steps=1000, dump=True)
     registry.create_run(
         run_record(run_id, run_dir, environment="standin"),
         cause="test",

@@ -1,5 +1,6 @@
 """GemEnv at the Tinker profile against the loopback Tinker (the real tinker SDK, the trainer's
-real inference server): what it samples is what it trains (issue 27)."""
+real inference server): what it samples is what it trains (issue 27), and its held-out evaluation
+plays the same fixed seeds every time, none of them a training seed (issue 24)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,9 @@ from mcp_rl.environments.loader import load_env_class
 from mcp_rl.ports import allocate_ports
 from mcp_rl.scored_data import REBN_OVER_BATCH
 from mcp_rl.settings import bundled_environments_dir
-from tests.fakes.tinker_server import write_tiny_tokenizer
-from tests.trainer.test_tinker_backend import make_backend, serve
+from tests.kit.tinker_wire import make_backend, serve
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture
@@ -87,6 +82,31 @@ async def test_evaluation_plays_exactly_its_episodes(tinker_policy: tuple[str, A
     await env.evaluate()
     assert len(wire.samples) - before == 5  # one-turn episodes: one request each, not a round of 64
     assert env._eval_metrics["eval/turns_per_episode"] == 1.0
+
+
+async def test_every_evaluation_plays_the_same_held_out_seeds(
+    tinker_policy: tuple[str, Any], tiny_tokenizer: str
+) -> None:
+    # Issue 24: evaluations of one run are comparable game by game, on seeds no training plays.
+    url, _ = tinker_policy
+    env = tinker_profile_env(url, tiny_tokenizer, eval_episodes=5, env_kwargs={"max_turns": 1})
+    await env.setup()
+    played: list[tuple[str, int]] = []
+    original = env.play_episode
+
+    async def recording(seed: int, split: str = "train") -> Any:
+        played.append((split, seed))
+        return await original(seed, split)
+
+    env.play_episode = recording
+    await env.evaluate()
+    group, _ = await env.collect_trajectories(await env.get_next_item())
+    await env.evaluate()
+    evals = [seed for split, seed in played if split == "eval"]
+    train = {seed for split, seed in played if split != "eval"}
+    assert evals[:5] == evals[5:] and len(evals) == 10 and len(set(evals)) == 5
+    assert train and not train & set(evals)
+    assert min(evals) >= 1_000_000_000 > max(train)
 
 
 async def test_a_resumed_gem_env_plays_new_episodes(tinker_policy: tuple[str, Any], tiny_tokenizer: str) -> None:

@@ -11,9 +11,10 @@ import math
 import time
 from pathlib import Path
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings, WandbSettings
-from mcp_rl.rundir import CheckpointRecord, RunPaths, TrainerPhase, TrainerStatus
+from mcp_rl.runconfig import WandbSettings
+from mcp_rl.rundir import CheckpointRecord, TrainerPhase, TrainerStatus
 from mcp_rl.settings import Settings
+from tests.kit.runs import run_config
 from tests.records import run_record
 
 
@@ -38,25 +39,19 @@ def write_run(
     env_metrics: bool = False,
 ) -> Path:
     run_dir = settings.runs_dir / run_id
-    paths = RunPaths.for_run(run_dir)
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
-    config = RunConfig(
+    config = run_config(
+        run_dir,
         run_id=run_id,
-        environment=EnvironmentRef(
-            name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")
-        ),
-        paths=paths,
         env={"group_size": 4, "batch_size": 8, "total_steps": steps},
         openai=[{"model_name": "m", "base_url": "http://127.0.0.1:1/v1", "api_key": "x"}],
-        trainer=TrainerSettings(
-            base_model="/nowhere/model",
-            num_steps=steps,
-            batch_size=8,
-            group_size=4,
-            wandb=WandbSettings(enabled=wandb_enabled, project="mcp-rl", group=run_id),
-        ),
+        base_model="/nowhere/model",
+        num_steps=steps,
+        batch_size=8,
+        group_size=4,
+        wandb=WandbSettings(enabled=wandb_enabled, project="mcp-rl", group=run_id),
+        dump=True,
     )
-    config.dump(run_dir / "run.yaml")
+    paths = config.paths
     now = time.time()
     with open(paths.metrics, "w", encoding="utf-8") as fh:
         for step in range(1, steps + 1):

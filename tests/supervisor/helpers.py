@@ -1,29 +1,13 @@
-"""Helpers for supervisor tests: polling with a deadline (never a fixed sleep)."""
+"""Helpers for supervisor tests: a stand-in for a process that is not ours."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll `condition` until it returns something truthy; fail with `what` after `timeout`."""
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
+from tests.kit.wait import wait_for
 
 # A process that records every catchable signal it gets, standing in for one that is not ours.
 _STRANGER = r"""

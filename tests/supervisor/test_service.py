@@ -19,8 +19,9 @@ from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
 from tests.footprint import state_footprint
+from tests.kit.wait import wait_for
 from tests.records import run_record
-from tests.supervisor.helpers import Stranger, wait_for
+from tests.supervisor.helpers import Stranger
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 

@@ -14,7 +14,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import make_env
-from tests.supervisor.helpers import wait_for
+from tests.kit.wait import wait_for
 
 FAKE_KEY = "tml-fake-key-never-in-argv-or-files-3141592653"
 

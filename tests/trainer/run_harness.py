@@ -3,7 +3,7 @@
 The processes are the real ones the supervisor starts: `run-api` from the venv, `python -m
 mcp_rl.trainer --config run.yaml` and `python <env file> serve --config run.yaml`. Each runs in
 its own session with stdin closed and output in a log file; every wait is a probe with a deadline.
-The run.yaml is built here in the shape the lead's `build_run_config` renders.
+The run.yaml comes from tests/kit/runs.py.
 """
 
 from __future__ import annotations
@@ -14,17 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, RunPaths, TrainerSettings
-from mcp_rl.settings import bundled_environments_dir
-
-ARITHMETIC = bundled_environments_dir() / "arithmetic.py"
+from mcp_rl.runconfig import RunConfig
+from tests.kit.wait import wait_for
 
 
 def free_port() -> int:
@@ -39,80 +36,6 @@ def venv_bin(name: str) -> str:
     if not path.exists():
         raise FileNotFoundError(f"{name} not found next to {sys.executable}")
     return str(path)
-
-
-def arithmetic_run_config(
-    run_dir: Path,
-    model_dir: Path,
-    *,
-    num_steps: int = 3,
-    batch_size: int = 8,
-    group_size: int = 4,
-    learning_rate: float = 2e-4,
-    lora_rank: int = 8,
-    max_new_tokens: int = 8,
-    save_checkpoint_interval: int = 0,
-    max_batches_offpolicy: int = 1,
-    max_num_workers: int = 4,
-    batch_wait_timeout_s: float = 300.0,
-    api_unreachable_timeout_s: float = 20.0,
-    resume: bool = True,
-    run_id: str = "test",
-    env_overrides: dict[str, Any] | None = None,
-) -> RunConfig:
-    model = str(model_dir)
-    env: dict[str, Any] = {
-        "tokenizer_name": model,
-        "use_wandb": False,
-        "wandb_name": f"arithmetic-{run_id}",
-        "total_steps": num_steps,
-        "batch_size": batch_size,
-        "group_size": group_size,
-        "max_token_length": 512,
-        "max_num_workers": max_num_workers,
-        "worker_timeout": 600,
-        "steps_per_eval": 1000000,
-        "max_batches_offpolicy": max_batches_offpolicy,
-        "inference_weight": 1.0,
-        "eval_limit_ratio": 0.1,
-        "max_new_tokens": max_new_tokens,
-    }
-    env.update(env_overrides or {})
-    config = RunConfig(
-        run_id=run_id,
-        environment=EnvironmentRef(
-            name="arithmetic", class_name="ArithmeticEnv", file_path=ARITHMETIC, project_root=ARITHMETIC.parent
-        ),
-        paths=RunPaths.for_run(run_dir),
-        env=env,
-        openai=[
-            {
-                "model_name": model,
-                "tokenizer_name": model,
-                "base_url": "http://127.0.0.1:1/v1",
-                "api_key": "x",
-                "server_type": "sglang",
-                "health_check": False,
-                "timeout": 600,
-                "num_requests_for_eval": 16,
-            }
-        ],
-        trainer=TrainerSettings(
-            backend="local",
-            base_model=model,
-            num_steps=num_steps,
-            batch_size=batch_size,
-            group_size=group_size,
-            lora_rank=lora_rank,
-            learning_rate=learning_rate,
-            max_token_trainer_length=512,
-            save_checkpoint_interval=save_checkpoint_interval,
-            batch_wait_timeout_s=batch_wait_timeout_s,
-            api_unreachable_timeout_s=api_unreachable_timeout_s,
-            resume=resume,
-        ),
-    )
-    return config.with_ports(api=free_port(), inference=free_port())
 
 
 @dataclass
@@ -177,24 +100,6 @@ def start(name: str, argv: list[str], log: Path, env: dict[str, str], cwd: Path)
     return Proc(name, popen, log)
 
 
-def wait_until(check: Any, deadline_s: float, what: str, procs: list[Proc], interval: float = 0.2) -> Any:
-    """Poll `check()` until it returns something truthy; fail early if a process died."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = check()
-        if value:
-            return value
-        for proc in procs:
-            if not proc.alive():
-                raise AssertionError(
-                    f"{proc.name} exited ({proc.popen.returncode}) while waiting for {what}:\n{proc.tail()}"
-                )
-        if time.monotonic() > end:
-            tails = "\n".join(f"--- {p.name}\n{p.tail()}" for p in procs)
-            raise AssertionError(f"{what} not reached in {deadline_s:.0f} s\n{tails}")
-        time.sleep(interval)
-
-
 def http_ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2.0).status_code == 200
@@ -236,7 +141,9 @@ class LocalRun:
             self.config.paths.run_dir,
         )
         self.procs["api"] = proc
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{self.config.ports.api}/status"), 60, "run-api /status", [proc])
+        wait_for(
+            lambda: http_ok(f"http://127.0.0.1:{self.config.ports.api}/status"), 60, "run-api /status", watch=[proc]
+        )
         return proc
 
     def start_trainer(self) -> Proc:
@@ -248,11 +155,11 @@ class LocalRun:
             self.config.paths.run_dir,
         )
         self.procs["trainer"] = proc
-        wait_until(
+        wait_for(
             lambda: http_ok(f"http://127.0.0.1:{self.config.ports.inference}/health"),
             180,
             "trainer inference /health",
-            [proc],
+            watch=[proc],
         )
         return proc
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.run_harness import ARITHMETIC, child_env, free_port, http_ok, start, wait_until
+from tests.kit.runs import ARITHMETIC
+from tests.kit.wait import wait_for
+from tests.trainer.run_harness import child_env, free_port, http_ok, start
 
 arith = pytest.importorskip("mcp_rl.environments.bundled.arithmetic")
 
@@ -82,7 +84,7 @@ def test_process_mode_against_an_openai_type_server(tmp_path: Path) -> None:
         tmp_path,
     )
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", [server])
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", watch=[server])
         out = tmp_path / "groups.jsonl"
         result = subprocess.run(
             [

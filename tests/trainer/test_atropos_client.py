@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from mcp_rl.trainer.atropos_client import AtroposClient, AtroposError
-from tests.trainer.run_harness import Proc, child_env, free_port, http_ok, start, venv_bin, wait_until
+from tests.kit.wait import wait_for
+from tests.trainer.run_harness import Proc, child_env, free_port, http_ok, start, venv_bin
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def api(tmp_path: Path) -> Iterator[str]:
         tmp_path,
     )
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/status"), 60, "run-api", [proc])
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/status"), 60, "run-api", watch=[proc])
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.stop()

@@ -5,7 +5,6 @@ logprobs within float tolerance), with the prompt cache still in use."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from mcp_rl.trainer.backends.base import SampledSequence, SamplingRequest
 from mcp_rl.trainer.batcher import BatchingSampler
+from tests.kit.wait import wait_for
 
 
 class FakeBatchBackend:
@@ -38,15 +38,6 @@ class FakeBatchBackend:
             [SampledSequence(tokens=[r.prompt_tokens[-1]], logprobs=[-0.5], finish_reason="stop")] * r.n
             for r in requests
         ]
-
-
-def wait_until(condition: Any, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def sample_concurrently(sampler: BatchingSampler, prompts: list[int], n: int = 1) -> dict[int, Any]:
@@ -98,7 +89,7 @@ def test_requests_queue_while_a_batch_runs_and_a_batch_never_exceeds_max_sequenc
         # While the first batch runs, five requests of two samples arrive.
         waiting = threading.Thread(target=sample_concurrently, args=(sampler, [1, 2, 3, 4, 5], 2))
         waiting.start()
-        assert wait_until(lambda: len(sampler._pending) == 5)
+        wait_for(lambda: len(sampler._pending) == 5, 5, "5 queued requests")
         gate.set()
         first.join(10)
         waiting.join(10)
@@ -137,7 +128,7 @@ def test_closing_fails_waiting_requests_and_refuses_new_ones():
     assert backend.entered.wait(5)
     t = threading.Thread(target=second)
     t.start()
-    assert wait_until(lambda: len(sampler._pending) == 1)
+    wait_for(lambda: len(sampler._pending) == 1, 5, "the second request queued")
     sampler.close(timeout_s=0)
     t.join(5)
     gate.set()
@@ -269,11 +260,12 @@ def test_readers_share_the_weights_and_a_writer_waits_for_them_and_holds_back_ne
     assert events == ["r1 in", "r2 in", "r2 out"]
     w = threading.Thread(target=writer)
     w.start()
-    assert wait_until(lambda: lock._writers_waiting == 1)
+    wait_for(lambda: lock._writers_waiting == 1, 5, "the writer waiting")
     # The optimizer step is waiting: a new sample waits behind it, not beside the reader.
     r3 = threading.Thread(target=reader, args=("r3",))
     r3.start()
-    assert not wait_until(lambda: "r3 in" in events, timeout_s=0.1)
+    with pytest.raises(AssertionError, match="r3 to get in"):
+        wait_for(lambda: "r3 in" in events, 0.1, "r3 to get in")
     assert "writer" not in events
     release_first.set()
     for t in (r1, w, r3):
@@ -319,7 +311,7 @@ def test_a_request_whose_client_left_while_queued_is_never_sampled():
         # This client gives up while its request waits behind the first batch.
         with pytest.raises(httpx.TimeoutException):
             httpx.post(url, json={"input_ids": [2]}, timeout=0.3)
-        assert wait_until(lambda: sampler._pending and sampler._pending[0].abandoned())
+        wait_for(lambda: sampler._pending and sampler._pending[0].abandoned(), 5, "the queued request abandoned")
         gate.set()
         held.join(10)
         assert first["reply"]["output_ids"] == [1]

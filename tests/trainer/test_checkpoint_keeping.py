@@ -15,30 +15,16 @@ from mcp_rl.settings import Settings
 from mcp_rl.trainer.loop import Trainer
 from mcp_rl.trainer.retention import disk_bytes, prune
 from mcp_rl.trainer.status import RunRecorder
-from tests.fakes.tinker_server import TinkerServer, TinkerWire, write_tiny_tokenizer
-from tests.trainer.run_harness import arithmetic_run_config, child_env
-
-MODEL = "Qwen/Qwen3-8B"
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+from tests.fakes.tinker_server import TinkerServer
+from tests.kit.tinker_wire import make_backend, serve, tinker_run_config
+from tests.trainer.run_harness import child_env
 
 
-def _trainer(tmp_path: Path, tokenizer_dir: str, server: TinkerServer, ttl: int = 86400) -> Trainer:
-    import tinker
-
-    from mcp_rl.trainer.backends.tinker import TinkerBackend
-
-    config = arithmetic_run_config(tmp_path / "run", Path(tokenizer_dir), num_steps=5, run_id="keep")
-    config = config.model_copy(
-        update={"trainer": config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})}
-    )
+def _trainer(tmp_path: Path, tokenizer: str, server: TinkerServer, ttl: int = 86400) -> Trainer:
+    config = tinker_run_config(tmp_path, tokenizer, num_steps=5, run_id="keep")
     settings = Settings.from_env(child_env(tmp_path))
     trainer = Trainer(config, settings, lambda c, s: None)  # type: ignore[arg-type,return-value]
-    service = tinker.ServiceClient(base_url=server.base_url, api_key=server.wire.api_key)
-    backend = TinkerBackend(service, base_model=MODEL, lora_rank=4, checkpoint_ttl_s=ttl)
+    backend = make_backend(server, rank=4, checkpoint_ttl_s=ttl)
     backend.prepare()
     trainer.backend = backend
     config.paths.run_dir.mkdir(parents=True, exist_ok=True)
@@ -48,9 +34,9 @@ def _trainer(tmp_path: Path, tokenizer_dir: str, server: TinkerServer, ttl: int 
 
 
 @pytest.mark.anyio
-async def test_a_stop_after_an_unsaved_step_saves_it_without_ttl(tmp_path: Path, tokenizer_dir: str) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir)) as server:
-        trainer = _trainer(tmp_path, tokenizer_dir, server)
+async def test_a_stop_after_an_unsaved_step_saves_it_without_ttl(tmp_path: Path, tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
+        trainer = _trainer(tmp_path, tiny_tokenizer, server)
         await asyncio.to_thread(trainer._save, 2, False)  # periodic: expires
         trainer.recorder.update(step=3)
         await trainer._finish(False)
@@ -70,10 +56,10 @@ async def test_a_stop_after_an_unsaved_step_saves_it_without_ttl(tmp_path: Path,
 
 @pytest.mark.anyio
 async def test_a_stop_right_after_a_periodic_save_removes_its_ttl_on_the_wire(
-    tmp_path: Path, tokenizer_dir: str
+    tmp_path: Path, tiny_tokenizer: str
 ) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir)) as server:
-        trainer = _trainer(tmp_path, tokenizer_dir, server)
+    with serve(tiny_tokenizer) as server:
+        trainer = _trainer(tmp_path, tiny_tokenizer, server)
         trainer.recorder.update(step=2)
         await asyncio.to_thread(trainer._save, 2, False)
         await trainer._finish(False)
@@ -88,9 +74,9 @@ async def test_a_stop_right_after_a_periodic_save_removes_its_ttl_on_the_wire(
 
 
 @pytest.mark.anyio
-async def test_a_failed_run_keeps_its_last_checkpoint(tmp_path: Path, tokenizer_dir: str) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir)) as server:
-        trainer = _trainer(tmp_path, tokenizer_dir, server)
+async def test_a_failed_run_keeps_its_last_checkpoint(tmp_path: Path, tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
+        trainer = _trainer(tmp_path, tiny_tokenizer, server)
         await asyncio.to_thread(trainer._save, 2, False)
         await asyncio.to_thread(trainer._save, 4, False)
         await trainer._keep_last()

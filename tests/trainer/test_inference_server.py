@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.trainer.run_harness import child_env, free_port, http_ok, start, wait_until
+from tests.kit.wait import wait_for
+from tests.trainer.run_harness import child_env, free_port, http_ok, start
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, default_model: Path) -> Ite
         tmp,
     )
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", [proc])
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 180, "model server", watch=[proc])
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.stop()

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.run_harness import LocalRun, arithmetic_run_config, free_port, wait_until
+from tests.kit.runs import arithmetic_run_config
+from tests.kit.wait import wait_for
+from tests.trainer.run_harness import LocalRun, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -84,15 +86,15 @@ def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path
     )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
-        wait_until(
+        wait_for(
             lambda: any("reward/mean" in m for m in run.metrics()),
             300,
             "the first training step",
-            [run.procs["trainer"], run.procs["api"]],
+            watch=[run.procs["trainer"], run.procs["api"]],
         )
         # The heartbeat keeps coming between steps too (the supervisor detects hangs from it).
         seen = run.status()["heartbeat"]
-        wait_until(lambda: run.status().get("heartbeat", 0) > seen, 5, "a fresh heartbeat", [run.procs["trainer"]])
+        wait_for(lambda: run.status().get("heartbeat", 0) > seen, 5, "a fresh heartbeat", watch=[run.procs["trainer"]])
         run.procs["api"].signal_group(signal.SIGKILL)
         code = run.wait_trainer_exit(120)
         status = run.status()
@@ -108,11 +110,11 @@ def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
     config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=4, batch_size=8, group_size=4)
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
-        wait_until(
+        wait_for(
             lambda: any("reward/mean" in m for m in run.metrics()),
             300,
             "the first training step",
-            [run.procs["trainer"], run.procs["api"]],
+            watch=[run.procs["trainer"], run.procs["api"]],
         )
         run.procs["trainer"].signal_group(signal.SIGTERM)
         assert run.wait_trainer_exit(120) == 0, run.procs["trainer"].tail()

@@ -11,66 +11,29 @@ import math
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from mcp_rl.runconfig import WandbSettings
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends import tinker as tinker_backend
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest, TrainingExample
-from mcp_rl.trainer.backends.tinker import LOSS_FN, TinkerBackend
+from mcp_rl.trainer.backends.tinker import LOSS_FN
 from mcp_rl.trainer.loop import Trainer
-from tests.fakes.tinker_server import (
-    API_KEY,
-    Latency,
-    TinkerServer,
-    TinkerWire,
-    policy_logprob,
-    write_tiny_tokenizer,
+from tests.fakes.tinker_server import TinkerServer, TinkerWire, policy_logprob
+from tests.kit.tinker_wire import (
+    MODEL,
+    example,
+    make_backend,
+    scored_group,
+    serve,
+    tinker_run_config,
+    trainer_on_the_wire,
 )
-from tests.trainer.run_harness import (
-    arithmetic_run_config,
-    child_env,
-    http_ok,
-    start,
-    venv_bin,
-    wait_until,
-)
-
-MODEL = "Qwen/Qwen3-8B"
+from tests.trainer.run_harness import child_env
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-def serve(tokenizer_dir: str, **latency: float) -> TinkerServer:
-    return TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, latency=Latency(**latency)))
-
-
-def make_backend(server: TinkerServer, *, api_key: str = API_KEY, rank: int = 16, **kwargs) -> TinkerBackend:
-    import tinker
-
-    service = tinker.ServiceClient(base_url=server.base_url, api_key=api_key)
-    return TinkerBackend(service, base_model=MODEL, lora_rank=rank, **kwargs)
-
-
-def example(
-    input_tokens: list[int], advantage: float, logprobs: list[float] | None, prompt: int = 1
-) -> TrainingExample:
-    n = len(input_tokens)
-    trained = [t >= prompt for t in range(n)]
-    return TrainingExample(
-        input_tokens=input_tokens,
-        target_tokens=[t + 1 for t in input_tokens],
-        advantages=[advantage if k else 0.0 for k in trained],
-        sampling_logprobs=logprobs,
-        trained=trained,
-    )
-
-
-def test_setup_creates_one_lora_model_and_samples_from_ephemeral_weights(tokenizer_dir: str) -> None:
-    with serve(tokenizer_dir) as server:
+def test_setup_creates_one_lora_model_and_samples_from_ephemeral_weights(tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
         backend = make_backend(server, rank=16)
         backend.prepare()
         wire = server.wire
@@ -89,16 +52,16 @@ def test_setup_creates_one_lora_model_and_samples_from_ephemeral_weights(tokeniz
         assert [s["finished"] for s in wire.sessions.values()] == ["success"]
 
 
-def test_a_wrong_key_is_refused_on_the_wire(tokenizer_dir: str) -> None:
-    with serve(tokenizer_dir) as server:
+def test_a_wrong_key_is_refused_on_the_wire(tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
         backend = make_backend(server, api_key="tml-not-the-key")
         with pytest.raises(Exception, match="401|API key"):
             backend.prepare()
         assert server.wire.unauthorized >= 1 and not server.wire.created
 
 
-def test_a_step_submits_forward_backward_optim_and_sampler_weights_in_one_cycle(tokenizer_dir: str) -> None:
-    with serve(tokenizer_dir, cycle_s=0.4) as server:
+def test_a_step_submits_forward_backward_optim_and_sampler_weights_in_one_cycle(tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer, cycle_s=0.4) as server:
         backend = make_backend(server)
         backend.prepare()
         batch = [example([5, 6, 7], 1.0, [-0.5, -0.3, -0.2]), example([5, 6, 8], -1.0, [-0.5, -0.4, -0.1])]
@@ -140,8 +103,8 @@ def local_objective(batch: list[TrainingExample], logprob) -> float:
     return total
 
 
-def test_without_sampler_logprobs_the_ratio_is_1_and_the_loss_is_the_local_backends(tokenizer_dir: str) -> None:
-    with serve(tokenizer_dir) as server:
+def test_without_sampler_logprobs_the_ratio_is_1_and_the_loss_is_the_local_backends(tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
         backend = make_backend(server)
         backend.prepare()
         batch = [example([5, 6, 7, 9], 1.5, None), example([5, 6, 8, 2], -0.5, [-0.2, -0.9, -0.4, -1.1])]
@@ -164,9 +127,9 @@ def test_without_sampler_logprobs_the_ratio_is_1_and_the_loss_is_the_local_backe
 
 
 def test_only_interval_checkpoints_are_persistent_and_they_expire_but_the_final_one_does_not(
-    tokenizer_dir: str,
+    tiny_tokenizer: str,
 ) -> None:
-    with serve(tokenizer_dir) as server:
+    with serve(tiny_tokenizer) as server:
         backend = make_backend(server, checkpoint_ttl_s=7200)
         backend.prepare()
         for step in (1, 2, 3):
@@ -185,8 +148,8 @@ def test_only_interval_checkpoints_are_persistent_and_they_expire_but_the_final_
         backend.close("success")
 
 
-def test_resume_loads_the_state_with_its_optimizer_and_creates_nothing_else(tokenizer_dir: str) -> None:
-    with serve(tokenizer_dir) as server:
+def test_resume_loads_the_state_with_its_optimizer_and_creates_nothing_else(tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
         first = make_backend(server)
         first.prepare()
         state, _ = first.save_checkpoint("step_000002", final=False)
@@ -206,8 +169,8 @@ def test_resume_loads_the_state_with_its_optimizer_and_creates_nothing_else(toke
         ]
 
 
-def test_a_refused_session_finish_is_only_a_warning(tokenizer_dir: str, caplog: pytest.LogCaptureFixture) -> None:
-    with serve(tokenizer_dir) as server:
+def test_a_refused_session_finish_is_only_a_warning(tiny_tokenizer: str, caplog: pytest.LogCaptureFixture) -> None:
+    with serve(tiny_tokenizer) as server:
         server.wire.finish_status = 404  # a Tinker-compatible server without the finish endpoint
         backend = make_backend(server)
         backend.prepare()
@@ -217,10 +180,10 @@ def test_a_refused_session_finish_is_only_a_warning(tokenizer_dir: str, caplog: 
 
 
 def test_model_creation_has_a_deadline_and_reports_the_wait(
-    tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
+    tiny_tokenizer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tinker_backend, "WAIT_REPORT_S", 0.2)
-    with serve(tokenizer_dir, create_model_s=30) as server:
+    with serve(tiny_tokenizer, create_model_s=30) as server:
         backend = make_backend(server, create_timeout_s=1.0)
         waits: list[float] = []
         with pytest.raises(RuntimeError, match="MCP_RL_TINKER_CREATE_TIMEOUT"):
@@ -242,120 +205,75 @@ def test_an_unavailable_tokenizer_says_how_to_get_it(tmp_path: Path, monkeypatch
         backend.close("errored")
 
 
-def test_a_tokenizer_folder_is_used_as_given(tokenizer_dir: str, tmp_path: Path) -> None:
-    assert tinker_backend.load_tokenizer(tokenizer_dir).convert_tokens_to_ids("w7") == 7
+def test_a_tokenizer_folder_is_used_as_given(tiny_tokenizer: str, tmp_path: Path) -> None:
+    assert tinker_backend.load_tokenizer(tiny_tokenizer).convert_tokens_to_ids("w7") == 7
     with pytest.raises(RuntimeError, match="MCP_RL_TOKENIZER_PATH"):
         tinker_backend.load_tokenizer(str(tmp_path / "empty"))
 
 
 # --- a whole trainer run on the wire fake ------------------------------------------------------
-def _group(scores: list[float]) -> dict:
-    prompt = [11, 12, 13, 14]
-    tokens, masks, lps = [], [], []
-    for i, _ in enumerate(scores):
-        out = [20 + i, 1]
-        tokens.append(prompt + out)
-        masks.append([-100] * len(prompt) + out)
-        lps.append([1.0] * len(prompt) + [-0.5, -0.1])
-    return {"tokens": tokens, "masks": masks, "scores": scores, "inference_logprobs": lps}
-
-
-def _tinker_config(tmp_path: Path, tokenizer_dir: str, **kwargs):
-    config = arithmetic_run_config(tmp_path / "run", Path(tokenizer_dir), **kwargs)
-    trainer = config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})
-    return config.model_copy(update={"trainer": trainer})
-
-
 @pytest.mark.anyio
 async def test_trainer_run_on_the_wire_records_saved_paths_and_finishes_the_session(
-    tmp_path: Path, tokenizer_dir: str
+    tmp_path: Path, tiny_tokenizer: str
 ) -> None:
-    config = _tinker_config(
+    config = tinker_run_config(
         tmp_path,
-        tokenizer_dir,
+        tiny_tokenizer,
         num_steps=3,
         batch_size=4,
         group_size=2,
         save_checkpoint_interval=2,
         run_id="tinkerwire",
     )
-    api_url = f"http://127.0.0.1:{config.ports.api}"
-    api = start(
-        "api",
-        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-        tmp_path / "api.log",
-        child_env(tmp_path),
-        tmp_path,
-    )
-    try:
-        with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
-            settings = Settings.from_env({**child_env(tmp_path), "MCP_RL_TINKER_CHECKPOINT_TTL": "86400"})
-            trainer = Trainer(
-                config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s)
-            )
-            task = asyncio.create_task(trainer.run())
-            await _wait_registered(api_url, task)
-            async with httpx.AsyncClient() as http:
-                for scores in ([1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]):
-                    (await http.post(f"{api_url}/scored_data", json=_group(scores))).raise_for_status()
-            assert await asyncio.wait_for(task, 120) == 0
-            wire = server.wire
-
-        status = json.loads(config.paths.trainer_status.read_text())
-        assert status["phase"] == "done" and status["step"] == 3
-        records = [json.loads(x) for x in config.paths.checkpoints_index.read_text().splitlines()]
-        # Per-step sampler weights are ephemeral: only the interval and final checkpoints are recorded.
-        assert [(r["kind"], r["step"], r["final"]) for r in records] == [
-            ("state", 2, False),
-            ("sampler", 2, False),
-            ("state", 3, True),
-            ("sampler", 3, True),
-        ]
-        saved = {s["path"]: s["ttl_seconds"] for s in wire.saves if s["kind"] != "ephemeral"}
-        assert {r["path"]: saved[r["path"]] for r in records} == {
-            records[0]["path"]: 86400,
-            records[1]["path"]: 86400,
-            records[2]["path"]: None,
-            records[3]["path"]: None,
-        }
-        assert status["final_weights"] == records[3]["path"]
-        lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
-        # Step 0 is the base model's held-out evaluation (issue 24), before any training.
-        assert [m["step"] for m in lines] == [0, 1, 2, 3]
-        assert "eval/score" in lines[0] and "reward/mean" not in lines[0], lines[0]
-        lines = lines[1:]
-        assert sum(m["reward/mean"] for m in lines) == pytest.approx((0.5 + 0.5 + 1.0 + 0.5 + 0.5 + 0.0) / 2)
-        assert len(wire.forward_backward) == 3 and len(wire.optim_steps) == 3
-        assert all(o["undelivered_fwd_bwd"] for o in wire.optim_steps)
-        assert [s["finished"] for s in wire.sessions.values()] == ["success"]
-        assert wire.unauthorized == 0
-    finally:
-        api.stop()
-
-
-async def _wait_registered(api_url: str, task: asyncio.Task) -> None:
-    async with httpx.AsyncClient() as http:
-        for _ in range(600):
-            if task.done():
-                raise AssertionError(f"trainer ended early with {task.result()}")
-            info = (await http.get(f"{api_url}/info")).json()
-            if info.get("batch_size", -1) != -1:
-                return
-            await asyncio.sleep(0.1)
-    raise AssertionError("trainer did not register with the API in 60 s")
+    async with trainer_on_the_wire(config, tmp_path, tiny_tokenizer, {"MCP_RL_TINKER_CHECKPOINT_TTL": "86400"}) as run:
+        scores = ([1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0])
+        await run.post(*map(scored_group, scores))
+        assert await run.finish() == 0
+    wire = run.wire
+    status = json.loads(config.paths.trainer_status.read_text())
+    assert status["phase"] == "done" and status["step"] == 3
+    records = [json.loads(x) for x in config.paths.checkpoints_index.read_text().splitlines()]
+    # Per-step sampler weights are ephemeral: only the interval and final checkpoints are recorded.
+    assert [(r["kind"], r["step"], r["final"]) for r in records] == [
+        ("state", 2, False),
+        ("sampler", 2, False),
+        ("state", 3, True),
+        ("sampler", 3, True),
+    ]
+    saved = {s["path"]: s["ttl_seconds"] for s in wire.saves if s["kind"] != "ephemeral"}
+    assert {r["path"]: saved[r["path"]] for r in records} == {
+        records[0]["path"]: 86400,
+        records[1]["path"]: 86400,
+        records[2]["path"]: None,
+        records[3]["path"]: None,
+    }
+    assert status["final_weights"] == records[3]["path"]
+    lines = [json.loads(x) for x in config.paths.metrics.read_text().splitlines()]
+    # Step 0 is the base model's held-out evaluation (issue 24), before any training.
+    assert [m["step"] for m in lines] == [0, 1, 2, 3]
+    assert "eval/score" in lines[0] and "reward/mean" not in lines[0], lines[0]
+    lines = lines[1:]
+    assert sum(m["reward/mean"] for m in lines) == pytest.approx((0.5 + 0.5 + 1.0 + 0.5 + 0.5 + 0.0) / 2)
+    assert len(wire.forward_backward) == 3 and len(wire.optim_steps) == 3
+    assert all(o["undelivered_fwd_bwd"] for o in wire.optim_steps)
+    assert [s["finished"] for s in wire.sessions.values()] == ["success"]
+    assert wire.unauthorized == 0
 
 
 @pytest.mark.anyio
-async def test_a_failed_run_finishes_the_session_as_errored(tmp_path: Path, tokenizer_dir: str) -> None:
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=1, batch_size=2, group_size=2, run_id="tinkerfail")
-    with serve(tokenizer_dir) as server:
-        settings = Settings.from_env(child_env(tmp_path))
-        # No Atropos API is listening: registering fails after the model was created.
-        config = config.model_copy(
-            update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})}
-        )
-        trainer = Trainer(config, settings, lambda c, s: make_backend(server))
+async def test_a_failed_run_finishes_the_session_as_errored(tmp_path: Path, tiny_tokenizer: str) -> None:
+    # No Atropos API is listening: registering fails after the model was created.
+    config = tinker_run_config(
+        tmp_path,
+        tiny_tokenizer,
+        num_steps=1,
+        batch_size=2,
+        group_size=2,
+        run_id="tinkerfail",
+        api_unreachable_timeout_s=0.5,
+    )
+    with serve(tiny_tokenizer) as server:
+        trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
         assert await asyncio.wait_for(trainer.run(), 60) == 1
         sessions = list(server.wire.sessions.values())
         assert [s["finished"] for s in sessions] == ["errored"] and sessions[0]["detail"]
@@ -363,7 +281,7 @@ async def test_a_failed_run_finishes_the_session_as_errored(tmp_path: Path, toke
 
 @pytest.mark.anyio
 async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(
-    tmp_path: Path, tokenizer_dir: str, monkeypatch
+    tmp_path: Path, tiny_tokenizer: str, monkeypatch
 ) -> None:
     """W&B is optional: offline mode (no key, no network) records the trainer's metrics."""
     import wandb
@@ -375,31 +293,14 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     (tmp_path / "wandb").mkdir()
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=1, batch_size=2, group_size=2, run_id="wandbrun")
-    trainer_settings = config.trainer.model_copy(
-        update={"wandb": config.trainer.wandb.model_copy(update={"enabled": True, "project": "p"})}
+    wandb_on = WandbSettings(enabled=True, project="p")
+    config = tinker_run_config(
+        tmp_path, tiny_tokenizer, num_steps=1, batch_size=2, group_size=2, run_id="wandbrun", wandb=wandb_on
     )
-    config = config.model_copy(update={"trainer": trainer_settings})
-    api_url = f"http://127.0.0.1:{config.ports.api}"
-    api = start(
-        "api",
-        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-        tmp_path / "api.log",
-        child_env(tmp_path),
-        tmp_path,
-    )
-    try:
-        with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
-            trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
-            task = asyncio.create_task(trainer.run())
-            await _wait_registered(api_url, task)
-            async with httpx.AsyncClient() as http:
-                (await http.post(f"{api_url}/scored_data", json=_group([1.0, 0.0]))).raise_for_status()
-                assert (await http.get(f"{api_url}/wandb_info")).json()["group"] == "wandbrun"
-            assert await asyncio.wait_for(task, 120) == 0
-    finally:
-        api.stop()
+    async with trainer_on_the_wire(config, tmp_path, tiny_tokenizer) as run:
+        await run.post(scored_group([1.0, 0.0]))
+        assert (await run.http.get(f"{run.api_url}/wandb_info")).json()["group"] == "wandbrun"
+        assert await run.finish() == 0
     runs = list((tmp_path / "wandb").rglob("run-*.wandb"))
     assert len(runs) == 1, "no offline W&B run was written"
     # The offline run file is W&B's protobuf log: the group, job type and metric keys are in it.
@@ -410,12 +311,19 @@ async def test_wandb_offline_gets_the_same_metrics_grouped_by_run(
 
 @pytest.mark.anyio
 async def test_a_queued_model_creation_shows_in_the_trainer_status(
-    tmp_path: Path, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny_tokenizer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tinker_backend, "WAIT_REPORT_S", 0.1)
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=1, batch_size=2, group_size=2, run_id="tinkerqueue")
-    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})})
-    with serve(tokenizer_dir, create_model_s=1.0) as server:
+    config = tinker_run_config(
+        tmp_path,
+        tiny_tokenizer,
+        num_steps=1,
+        batch_size=2,
+        group_size=2,
+        run_id="tinkerqueue",
+        api_unreachable_timeout_s=0.5,
+    )
+    with serve(tiny_tokenizer, create_model_s=1.0) as server:
         trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
         task = asyncio.create_task(trainer.run())
         seen: list[dict] = []
@@ -431,12 +339,19 @@ async def test_a_queued_model_creation_shows_in_the_trainer_status(
 
 
 @pytest.mark.anyio
-async def test_a_resumed_trainer_loads_its_state_and_creates_no_model(tmp_path: Path, tokenizer_dir: str) -> None:
+async def test_a_resumed_trainer_loads_its_state_and_creates_no_model(tmp_path: Path, tiny_tokenizer: str) -> None:
     from mcp_rl.trainer.status import RunRecorder
 
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=5, batch_size=2, group_size=2, run_id="tinkerresume")
-    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"api_unreachable_timeout_s": 0.5})})
-    with serve(tokenizer_dir) as server:
+    config = tinker_run_config(
+        tmp_path,
+        tiny_tokenizer,
+        num_steps=5,
+        batch_size=2,
+        group_size=2,
+        run_id="tinkerresume",
+        api_unreachable_timeout_s=0.5,
+    )
+    with serve(tiny_tokenizer) as server:
         first = make_backend(server)
         first.prepare()
         state, _ = first.save_checkpoint("step_000002", final=False)

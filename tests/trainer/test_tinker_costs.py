@@ -4,11 +4,9 @@ with a small max_cost_usd ends at the cap: stopped, its checkpoint kept, the cau
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from mcp_rl.costs.rates import tinker_rates
@@ -21,21 +19,12 @@ from mcp_rl.rundir import (
     ROLLOUTS_FILE,
     read_rollouts,
 )
-from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest
-from mcp_rl.trainer.loop import Trainer
-from tests.fakes.tinker_server import write_tiny_tokenizer
-from tests.trainer.run_harness import child_env, http_ok, start, venv_bin, wait_until
-from tests.trainer.test_tinker_backend import _group, _tinker_config, _wait_registered, example, make_backend, serve
+from tests.kit.tinker_wire import example, make_backend, scored_group, serve, tinker_run_config, trainer_on_the_wire
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-def test_the_meter_counts_what_the_server_received_and_generated(tokenizer_dir: str) -> None:
-    with serve(tokenizer_dir) as server:
+def test_the_meter_counts_what_the_server_received_and_generated(tiny_tokenizer: str) -> None:
+    with serve(tiny_tokenizer) as server:
         backend = make_backend(server)
         backend.prepare()
         backend.meter.take()
@@ -54,37 +43,18 @@ def test_the_meter_counts_what_the_server_received_and_generated(tokenizer_dir: 
 
 @pytest.mark.anyio
 async def test_a_run_reports_the_servers_tokens_and_ends_at_its_cost_cap_with_the_checkpoint_kept(
-    tmp_path: Path, tokenizer_dir: str
+    tmp_path: Path, tiny_tokenizer: str
 ) -> None:
     # A step trains 4 sequences of 5 input tokens (20 trained tokens, $8.8e-6 at Qwen3-8B's rate)
     # plus whatever was sampled before it: a $1.5e-5 cap is less than two such steps, so the run
     # ends after its first step, before the second would pass it.
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=3, batch_size=4, group_size=2, run_id="costcap")
-    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"max_cost_usd": 1.5e-5})})
-    api_url = f"http://127.0.0.1:{config.ports.api}"
-    api = start(
-        "api",
-        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-        tmp_path / "api.log",
-        child_env(tmp_path),
-        tmp_path,
+    config = tinker_run_config(
+        tmp_path, tiny_tokenizer, num_steps=3, batch_size=4, group_size=2, run_id="costcap", max_cost_usd=1.5e-5
     )
-    try:
-        with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
-            settings = Settings.from_env({**child_env(tmp_path), "MCP_RL_TINKER_CHECKPOINT_TTL": "86400"})
-            trainer = Trainer(
-                config, settings, lambda c, s: make_backend(server, checkpoint_ttl_s=s.tinker_checkpoint_ttl_s)
-            )
-            task = asyncio.create_task(trainer.run())
-            await _wait_registered(api_url, task)
-            async with httpx.AsyncClient() as http:
-                for scores in ([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]):
-                    (await http.post(f"{api_url}/scored_data", json=_group(scores))).raise_for_status()
-            assert await asyncio.wait_for(task, 120) == 0
-            wire = server.wire
-    finally:
-        api.stop()
+    async with trainer_on_the_wire(config, tmp_path, tiny_tokenizer, {"MCP_RL_TINKER_CHECKPOINT_TTL": "86400"}) as run:
+        await run.post(*[scored_group([1.0, 0.0]), scored_group([0.0, 1.0])] * 3)
+        assert await run.finish() == 0
+    wire, settings = run.wire, run.settings
 
     # Training steps' lines (a step-0 line of the base model's evaluation may come first).
     lines = [m for m in map(json.loads, config.paths.metrics.read_text().splitlines()) if m["step"] >= 1]

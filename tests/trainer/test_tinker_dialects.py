@@ -16,22 +16,16 @@ from typing import Any
 
 import pytest
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
-from mcp_rl.rundir import RunPaths
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import launch, tinker_sdk
 from tests.conftest import make_env
-from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
+from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire
+from tests.kit.runs import run_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("tinker_dialect_scenario.py")
 # Shared by test sessions (pip install of one small wheel, once per machine).
 SDK_CACHE = Path(os.path.expanduser("~/.cache/mcp-rl-ci/tinker-sdk"))
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +54,8 @@ def scenario(server: TinkerServer, sdk: Path | None, home: Path) -> tuple[dict[s
     return (json.loads(lines[-1][len("RESULT ") :]) if lines else None), done.stderr[-3000:]
 
 
-def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str, tmp_path: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.38")) as server:
+def test_sdk_038_against_hosted_tinkers_dialect(tiny_tokenizer: str, tmp_path: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect="0.38")) as server:
         result, err = scenario(server, None, tmp_path)
         wire = server.wire
     assert result is not None, err
@@ -75,8 +69,8 @@ def test_sdk_038_against_hosted_tinkers_dialect(tokenizer_dir: str, tmp_path: Pa
     assert [s["finished"] for s in wire.sessions.values()] == ["success", "success"]
 
 
-def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_025: Path, tmp_path: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.25")) as server:
+def test_sdk_025_against_a_self_hosted_servers_dialect(tiny_tokenizer: str, sdk_025: Path, tmp_path: Path) -> None:
+    with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect="0.25")) as server:
         result, err = scenario(server, sdk_025, tmp_path)
         wire = server.wire
     assert result is not None, err
@@ -92,38 +86,25 @@ def test_sdk_025_against_a_self_hosted_servers_dialect(tokenizer_dir: str, sdk_0
     assert [s["finished"] for s in wire.sessions.values()] == [None, None]
 
 
-def test_sdk_038_against_a_self_hosted_server_fails_where_the_issue_says(tokenizer_dir: str, tmp_path: Path) -> None:
+def test_sdk_038_against_a_self_hosted_server_fails_where_the_issue_says(tiny_tokenizer: str, tmp_path: Path) -> None:
     """Why the dialects exist: today's SDK asserts sample_sequence_ids, which SkyRL does not send."""
-    with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect="0.25")) as server:
+    with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect="0.25")) as server:
         result, err = scenario(server, None, tmp_path)
     assert result is None and "sample_sequence_ids" in err
 
 
 def test_auto_asks_the_server_and_the_trainer_gets_that_sdk_first_on_its_path(
-    tokenizer_dir: str, sdk_025: Path, tmp_path: Path
+    tiny_tokenizer: str, sdk_025: Path, tmp_path: Path
 ) -> None:
     assert tinker_sdk.resolve("auto", None, None) == "0.38"  # hosted Tinker: today's SDK, nothing asked
     assert tinker_sdk.resolve("0.25", None, None) == "0.25"
     for dialect in ("0.38", "0.25"):
-        with TinkerServer(TinkerWire(tokenizer_id=tokenizer_dir, dialect=dialect)) as server:
+        with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect=dialect)) as server:
             assert tinker_sdk.resolve("auto", server.base_url, API_KEY) == dialect
     home = tmp_path / "home"
     settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY))
-    config = RunConfig(
-        run_id="r1",
-        environment=EnvironmentRef(name="e", class_name="E", file_path=tmp_path / "e.py", project_root=tmp_path),
-        paths=RunPaths.for_run(tmp_path / "run"),
-        env={},
-        openai=[],
-        trainer=TrainerSettings(
-            backend="tinker",
-            base_model="m",
-            num_steps=1,
-            batch_size=2,
-            group_size=2,
-            tinker_base_url="http://127.0.0.1:1",
-            tinker_sdk="0.25",
-        ),
+    config = run_config(
+        tmp_path / "run", run_id="r1", backend="tinker", tinker_base_url="http://127.0.0.1:1", tinker_sdk="0.25"
     )
     (home / "tinker-sdk").mkdir(parents=True)
     os.symlink(sdk_025, home / "tinker-sdk" / sdk_025.name)

@@ -13,7 +13,6 @@ import pytest
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
 from mcp_rl.trainer.inference_server import InferenceService, build_app
-from tests.fakes.tinker_server import write_tiny_tokenizer
 
 
 class SlowSampler(Sampler):
@@ -39,10 +38,10 @@ class SlowSampler(Sampler):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory):
+def tokenizer(tiny_tokenizer: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+    return AutoTokenizer.from_pretrained(tiny_tokenizer)
 
 
 async def _eight_requests(app) -> float:

@@ -3,24 +3,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import httpx
 import pytest
 
-from mcp_rl.settings import Settings
-from mcp_rl.trainer.loop import Trainer
-from tests.trainer.run_harness import child_env, http_ok, start, venv_bin, wait_until
-from tests.trainer.test_tinker_backend import _group, _tinker_config, _wait_registered, make_backend, serve
-from tests.trainer.test_tinker_backend import tokenizer_dir as tokenizer_dir
+from tests.kit.tinker_wire import make_backend, scored_group, serve, tinker_run_config, trainer_on_the_wire
+from tests.kit.wait import wait_for_async
 
 OVERRIDDEN_TOKEN = 77
 
 
 def _overridden_group(scores: list[float]) -> dict:
-    group = _group(scores)
+    group = scored_group(scores)
     # Sequence 0 is "truncated": the environment asks for its advantage to be zero.
     group["tokens"][0][-2] = OVERRIDDEN_TOKEN
     group["masks"][0][-2] = OVERRIDDEN_TOKEN
@@ -30,38 +26,14 @@ def _overridden_group(scores: list[float]) -> dict:
 
 @pytest.mark.anyio
 async def test_tinker_gets_no_zero_advantage_datum_and_no_overridden_sequence(
-    tmp_path: Path, tokenizer_dir: str
+    tmp_path: Path, tiny_tokenizer: str
 ) -> None:
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=2, batch_size=4, group_size=2, run_id="overrides")
-    api_url = f"http://127.0.0.1:{config.ports.api}"
-    api = start(
-        "api",
-        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-        tmp_path / "api.log",
-        child_env(tmp_path),
-        tmp_path,
-    )
-    try:
-        with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
-            settings = Settings.from_env(child_env(tmp_path))
-            trainer = Trainer(config, settings, lambda c, s: make_backend(server))
-            task = asyncio.create_task(trainer.run())
-            await _wait_registered(api_url, task)
-            groups = [
-                _group([1.0, 1.0]),
-                _overridden_group([0.0, 1.0]),
-                _overridden_group([1.0, 0.0]),
-                _group([0.0, 0.0]),
-            ]
-            async with httpx.AsyncClient() as http:
-                for group in groups:
-                    (await http.post(f"{api_url}/scored_data", json=group)).raise_for_status()
-            assert await asyncio.wait_for(task, 120) == 0
-            wire = server.wire
-    finally:
-        api.stop()
-    datums = [d for record in wire.forward_backward for d in record["datums"]]
+    config = tinker_run_config(tmp_path, tiny_tokenizer, num_steps=2, batch_size=4, group_size=2, run_id="overrides")
+    async with trainer_on_the_wire(config, tmp_path, tiny_tokenizer) as run:
+        groups = [scored_group([1.0, 1.0]), _overridden_group([0.0, 1.0]), _overridden_group([1.0, 0.0])]
+        await run.post(*groups, scored_group([0.0, 0.0]))
+        assert await run.finish() == 0
+    datums = [d for record in run.wire.forward_backward for d in record["datums"]]
     assert datums, "nothing was trained"
     for d in datums:
         assert any(float(a) != 0.0 for a in d["advantages"]), "a datum whose advantages are all zero was billed"
@@ -92,46 +64,24 @@ async def _sampled_group(http: httpx.AsyncClient, inference_url: str, prompt: li
     return {"tokens": tokens, "masks": masks, "scores": [1.0, 0.0], "inference_logprobs": lps}
 
 
-async def _wait_step(status_path: Path, step: int, task: asyncio.Task) -> None:
-    for _ in range(600):
-        if task.done():
-            raise AssertionError(f"trainer ended early with {task.result()}")
-        if status_path.exists() and json.loads(status_path.read_text()).get("step", 0) >= step:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"step {step} not reached in 60 s")
-
-
 @pytest.mark.anyio
 async def test_tinker_trains_nothing_more_than_one_step_behind_and_reports_the_lag(
-    tmp_path: Path, tokenizer_dir: str
+    tmp_path: Path, tiny_tokenizer: str
 ) -> None:
-    config = _tinker_config(tmp_path, tokenizer_dir, num_steps=3, batch_size=2, group_size=2, run_id="lag")
-    api_url = f"http://127.0.0.1:{config.ports.api}"
-    inference_url = f"http://127.0.0.1:{config.ports.inference}"
-    api = start(
-        "api",
-        [venv_bin("run-api"), "--host", "127.0.0.1", "--port", str(config.ports.api)],
-        tmp_path / "api.log",
-        child_env(tmp_path),
-        tmp_path,
-    )
-    try:
-        with serve(tokenizer_dir) as server:
-            wait_until(lambda: http_ok(f"{api_url}/status"), 60, "run-api", [api])
-            trainer = Trainer(config, Settings.from_env(child_env(tmp_path)), lambda c, s: make_backend(server))
-            task = asyncio.create_task(trainer.run())
-            await _wait_registered(api_url, task)
-            async with httpx.AsyncClient() as http:
-                # Three groups sampled by the initial weights, trained at steps 1, 2 and 3.
-                groups = [await _sampled_group(http, inference_url, [11, 12, 13, k]) for k in (20, 21, 22)]
-                for step, group in enumerate(groups, start=1):
-                    (await http.post(f"{api_url}/scored_data", json=group)).raise_for_status()
-                    await _wait_step(config.paths.trainer_status, step, task)
-            assert await asyncio.wait_for(task, 120) == 0
-            wire = server.wire
-    finally:
-        api.stop()
+    config = tinker_run_config(tmp_path, tiny_tokenizer, num_steps=3, batch_size=2, group_size=2, run_id="lag")
+
+    async def step_reached(step: int) -> bool:
+        status = config.paths.trainer_status
+        return status.exists() and json.loads(status.read_text()).get("step", 0) >= step
+
+    async with trainer_on_the_wire(config, tmp_path, tiny_tokenizer) as run:
+        # Three groups sampled by the initial weights, trained at steps 1, 2 and 3.
+        groups = [await _sampled_group(run.http, run.inference_url, [11, 12, 13, k]) for k in (20, 21, 22)]
+        for step, group in enumerate(groups, start=1):
+            await run.post(group)
+            await wait_for_async(lambda: step_reached(step), 60, f"step {step}", task=run.task)
+        assert await run.finish() == 0
+    wire = run.wire
     # Training lines only (held-out evaluations add lines of their own).
     lines = [m for m in map(json.loads, config.paths.metrics.read_text().splitlines()) if "batch/sequences" in m]
     assert [m["policy_lag/max"] for m in lines] == [0, 1, 2]
@@ -141,10 +91,10 @@ async def test_tinker_trains_nothing_more_than_one_step_behind_and_reports_the_l
     assert len(wire.forward_backward) == 2
 
 
-def test_stop_strings_and_stop_ids_keep_eos_on_the_wire(tokenizer_dir: str) -> None:
+def test_stop_strings_and_stop_ids_keep_eos_on_the_wire(tiny_tokenizer: str) -> None:
     from mcp_rl.trainer.backends.base import SamplingRequest
 
-    with serve(tokenizer_dir) as server:
+    with serve(tiny_tokenizer) as server:
         backend = make_backend(server)
         backend.prepare()
         backend.sample(SamplingRequest(prompt_tokens=[3, 4], stop=["}"]))

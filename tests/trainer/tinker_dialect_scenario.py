@@ -14,11 +14,10 @@ from pathlib import Path
 
 import tinker
 
-from mcp_rl.runconfig import EnvironmentRef, RunConfig, TrainerSettings
-from mcp_rl.rundir import RunPaths
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest, TrainingExample
 from mcp_rl.trainer.backends.tinker import TinkerBackend, sdk_version
+from tests.kit.runs import run_config
 
 
 def main() -> None:
@@ -31,16 +30,7 @@ def main() -> None:
     out: dict[str, object] = {"sdk": ".".join(map(str, sdk_version()))}
     # The first as a run's trainer makes it: from its run config and the environment's settings.
     settings = Settings.from_env({"TINKER_API_KEY": api_key, "TINKER_BASE_URL": base_url, "MCP_RL_HOME": sys.argv[3]})
-    config = RunConfig(
-        run_id="dialects",
-        environment=EnvironmentRef(name="e", class_name="E", file_path=Path("e.py"), project_root=Path(".")),
-        paths=RunPaths.for_run(Path(sys.argv[3]) / "run"),
-        env={},
-        openai=[],
-        trainer=TrainerSettings(
-            backend="tinker", base_model="Qwen/Qwen3-8B", lora_rank=8, num_steps=1, batch_size=2, group_size=2
-        ),
-    )
+    config = run_config(Path(sys.argv[3]) / "run", run_id="dialects", backend="tinker", base_model="Qwen/Qwen3-8B")
     first = TinkerBackend.from_settings(config, settings)
     first.checkpoint_ttl_s = None if first.self_hosted else 3600
     first.prepare()

@@ -19,10 +19,9 @@ from mcp_rl.weights.export import ExportSpec
 from mcp_rl.weights.tinker_download import download_checkpoint, safe_target
 from mcp_rl.weights.worker import run as run_worker
 from tests.conftest import make_env
-from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
-from tests.trainer.run_harness import arithmetic_run_config
-
-MODEL = "Qwen/Qwen3-8B"
+from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire
+from tests.kit.runs import arithmetic_run_config
+from tests.kit.tinker_wire import MODEL, serve
 
 
 def _setup(home: Path, server: TinkerServer, tokenizer: Path) -> tuple[Settings, list[str]]:
@@ -30,9 +29,8 @@ def _setup(home: Path, server: TinkerServer, tokenizer: Path) -> tuple[Settings,
     import tinker
 
     settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY, TINKER_BASE_URL=server.base_url))
-    config = arithmetic_run_config(settings.runs_dir / "tk1", tokenizer, run_id="tk1")
-    config = config.model_copy(
-        update={"trainer": config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})}
+    config = arithmetic_run_config(
+        settings.runs_dir / "tk1", tokenizer, run_id="tk1", backend="tinker", base_model=MODEL
     )
     config.paths.run_dir.mkdir(parents=True)
     service = tinker.ServiceClient(base_url=server.base_url, api_key=API_KEY)
@@ -50,22 +48,21 @@ def _setup(home: Path, server: TinkerServer, tokenizer: Path) -> tuple[Settings,
 
 
 @pytest.fixture
-def tokenizer(tmp_path: Path) -> Path:
-    return Path(write_tiny_tokenizer(tmp_path / "tok"))
+def tokenizer(tiny_tokenizer: str) -> Path:
+    return Path(tiny_tokenizer)
 
 
 def _write_run_yaml(settings: Settings, tokenizer: Path) -> None:
     import yaml
 
-    config = arithmetic_run_config(settings.runs_dir / "tk1", tokenizer, run_id="tk1")
-    config = config.model_copy(
-        update={"trainer": config.trainer.model_copy(update={"backend": "tinker", "base_model": MODEL})}
+    config = arithmetic_run_config(
+        settings.runs_dir / "tk1", tokenizer, run_id="tk1", backend="tinker", base_model=MODEL
     )
     (settings.runs_dir / "tk1" / "run.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
 
 
 def test_list_keep_ttl_delete_reach_the_wire(home: Path, tokenizer: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+    with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)
         _write_run_yaml(settings, tokenizer)
         listed = checkpoints.list_checkpoints(settings, "tk1")
@@ -93,7 +90,7 @@ def test_list_keep_ttl_delete_reach_the_wire(home: Path, tokenizer: Path) -> Non
 
 
 def test_download_equals_what_tinker_holds_and_the_export_is_cleaned_up(home: Path, tokenizer: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+    with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)
         dest = home / "dl"
         dest.mkdir()
@@ -134,7 +131,7 @@ def test_an_escaping_entry_on_the_wire_writes_nothing_anywhere(home: Path, token
 
 
 def test_the_worker_exports_a_tinker_checkpoint_as_an_adapter(home: Path, tokenizer: Path) -> None:
-    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+    with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)
         job = home / "job"
         job.mkdir()
@@ -169,7 +166,7 @@ async def test_rl_export_weights_of_a_tinker_run_through_the_tools(home: Path, t
     from mcp_rl.server.app import build_server
     from tests.mcp_helpers import ok
 
-    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+    with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)
         _write_run_yaml(settings, tokenizer)
         async with Client(build_server(settings)) as client:
@@ -205,7 +202,7 @@ async def test_a_new_run_starts_from_a_kept_checkpoint_of_an_earlier_run(home: P
     from mcp_rl.trainer.backends.tinker import TinkerBackend
     from mcp_rl.trainer.loop import Trainer
 
-    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+    with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)
         _write_run_yaml(settings, tokenizer)
         with pytest.raises(UserError, match="cannot start from it"):
@@ -234,7 +231,7 @@ def test_the_start_from_run_option_binds_a_new_run_to_the_earlier_checkpoint(hom
     from mcp_rl.config import RunOptions, Session
     from mcp_rl.supervisor.service import _with_start_checkpoint
 
-    with TinkerServer(TinkerWire(tokenizer_id=str(tokenizer))) as server:
+    with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)
         _write_run_yaml(settings, tokenizer)
     config = arithmetic_run_config(home / "run2", tokenizer, run_id="tk2")
