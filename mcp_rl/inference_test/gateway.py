@@ -187,7 +187,10 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 
 def _is_empty(choice: dict[str, Any]) -> bool:
-    """A completion with no content that was cut at the token limit."""
+    """A completion with no content that was cut at the token limit (a token-in answer carries
+    its tokens, not text: it is empty only without them)."""
+    if "token_ids" in choice:
+        return not choice["token_ids"] and choice.get("finish_reason") == "length"
     message = choice.get("message")
     text = message.get("content") if isinstance(message, dict) else choice.get("text")
     return not (text or "").strip() and choice.get("finish_reason") == "length"
@@ -326,8 +329,11 @@ class Lane:
         used = self.usage
         raw_usage = data.get("usage")
         usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+        choices = [c for c in data.get("choices") or [] if isinstance(c, dict)]
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
+        if not usage:  # a token-in answer has no usage: its tokens are its count
+            completion = sum(len(c.get("token_ids") or []) for c in choices)
         used.prompt_tokens += prompt
         used.completion_tokens += completion
         used.total_tokens += int(usage.get("total_tokens") or prompt + completion)
@@ -337,7 +343,6 @@ class Lane:
         cost = usage.get("cost")
         if isinstance(cost, (int, float)):
             used.cost_usd = round((used.cost_usd or 0.0) + float(cost), 8)
-        choices = [c for c in data.get("choices") or [] if isinstance(c, dict)]
         empty = sum(1 for c in choices if _is_empty(c))
         used.empty_answers += empty
         used.answers += len(choices) - empty

@@ -276,12 +276,19 @@ def test_token_in_generation_reaches_a_local_server_root_and_is_refused_for_open
     body = {"model": "local", "prompt": {"token_ids": [1, 2]}, "sampling_params": {"max_tokens": 1}}
     try:
         with FakeOpenRouter(api_key=KEY) as fake:
-            with _through_gateway(fake, local, upstream=f"http://127.0.0.1:{server.server_port}/v1") as (client, _):
+            with _through_gateway(fake, local, upstream=f"http://127.0.0.1:{server.server_port}/v1") as (
+                client,
+                lane,
+            ):
                 base = str(client.base_url).rstrip("/").removesuffix("/v1")
                 auth = {"Authorization": f"Bearer {client.api_key}"}
                 answer = httpx.post(f"{base}/inference/v1/generate", json=body, headers=auth, timeout=10)
+                usage = lane.snapshot()
             assert answer.status_code == 200 and answer.json()["choices"][0]["token_ids"] == [7]
             assert seen == ["/inference/v1/generate"]
+            # Cut at its limit but not empty: its tokens count as an answer (a lane stops after
+            # a group of empty answers) and as its completion tokens.
+            assert (usage.answers, usage.empty_answers, usage.completion_tokens) == (1, 0, 1)
             remote = _model("qwen/qwen3-8b")
             with _through_gateway(fake, remote) as (client, lane):
                 base = str(client.base_url).rstrip("/").removesuffix("/v1")
