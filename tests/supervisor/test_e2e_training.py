@@ -144,7 +144,13 @@ async def test_stopping_a_running_run_leaves_no_process_or_port(home: Path) -> N
 
 def _server_pid() -> int:
     # The stdio client starts the server as our direct child: `python -m mcp_rl serve`.
-    servers = [p for p in psutil.Process().children() if p.cmdline()[1:4] == ["-m", "mcp_rl", "serve"]]
+    servers = []
+    for p in psutil.Process().children():
+        try:
+            if p.cmdline()[1:4] == ["-m", "mcp_rl", "serve"]:
+                servers.append(p)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # an earlier test's child, ended (a zombie has no command line to read)
     assert len(servers) == 1, servers
     return servers[0].pid
 

@@ -35,8 +35,10 @@ REQUIRED_METRICS = (
 
 
 def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -> None:
+    # 4 groups a step: most arithmetic items are always or never right for the base model, so
+    # 2 groups a step left all 6 without signal in about one run in six (CI saw one).
     config = arithmetic_run_config(
-        tmp_path / "run", model_dir(), num_steps=3, batch_size=8, group_size=4, save_checkpoint_interval=2
+        tmp_path / "run", model_dir(), num_steps=3, batch_size=16, group_size=4, save_checkpoint_interval=2
     )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
