@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp import Client
+
+# Where the slow tier keeps the environment families' interpreters: outside the checkout, so only
+# a machine's first run pays for making them.
+FAMILIES = Path(os.environ.get("MCP_RL_CI_FAMILIES", Path.home() / ".cache" / "mcp-rl-ci" / "families"))
 
 # A run short enough for a 2-core CI machine: 2 steps of 2 groups of 4 answers.
 SHORT_RUN = {"total_steps": 2, "batch_size": 8, "group_size": 4}
@@ -15,3 +26,36 @@ async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> d
     result = await client.call_tool(tool, args or {})
     assert not result.is_error, f"{tool}: {result.content[0].text}"
     return result.structured_content
+
+
+async def run_to_end(
+    client: Client, run_id: str, deadline_s: float, each: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    """rl_check_status of `run_id` once a second until it ends or `deadline_s` passes (`each` runs
+    at every poll); the last status."""
+    end = time.monotonic() + deadline_s
+    status: dict[str, Any] = {}
+    while time.monotonic() < end:
+        if each is not None:
+            each()
+        status = await ok(client, "rl_check_status", {"run_id": run_id})
+        if status["status"] in {"completed", "failed", "stopped"}:
+            break
+        await anyio.sleep(1.0)
+    return status
+
+
+def build_family(family: str) -> Path:
+    """A family's interpreter made by the project's own code (reused when made before); FAMILIES."""
+    start = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "mcp_rl.environments.families", "build", family, "--deadline", "1500"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, MCP_RL_FAMILIES_DIR=str(FAMILIES)),
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=1600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    print(f"{family} interpreter ready in {time.monotonic() - start:.1f} s: {out.stdout.strip()}")
+    return FAMILIES

@@ -14,25 +14,19 @@ only a machine's first run pays for the install.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import anyio
 import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import FIXTURES, REPO, stdio_params
+from tests.conftest import FIXTURES, stdio_params
 from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import ok
+from tests.mcp_helpers import build_family, ok, run_to_end
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-FAMILIES = Path(os.environ.get("MCP_RL_CI_FAMILIES", Path.home() / ".cache" / "mcp-rl-ci" / "families"))
 FOLDER = (FIXTURES / "openenv_guess").resolve()
 NAME = "openenv:guess_number"
 RUN_DEADLINE_S = 900.0
@@ -61,20 +55,7 @@ def _server_pids() -> list[int]:
 
 @pytest.fixture(scope="module")
 def families_dir() -> Path:
-    """The openenv interpreter, made by the project's own code (reused when made before)."""
-    start = time.monotonic()
-    env = dict(os.environ, MCP_RL_FAMILIES_DIR=str(FAMILIES))
-    out = subprocess.run(
-        [sys.executable, "-m", "mcp_rl.environments.families", "build", "openenv", "--deadline", "1500"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=1600,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    print(f"openenv interpreter ready in {time.monotonic() - start:.1f} s: {out.stdout.strip()}")
-    return FAMILIES
+    return build_family("openenv")
 
 
 async def test_openenv_folder_listed_played_trained_and_stopped(home: Path, families_dir: Path) -> None:
@@ -104,15 +85,9 @@ async def test_openenv_folder_listed_played_trained_and_stopped(home: Path, fami
         # Trained: 4 local steps, held-out evaluation on fixed seeds.
         started = await ok(client, "rl_start_training")
         run_id = started["run_id"]
-        end = time.monotonic() + RUN_DEADLINE_S
-        status: dict[str, Any] = {}
-        saw_server = False
-        while time.monotonic() < end:
-            saw_server = saw_server or bool(_server_pids())
-            status = await ok(client, "rl_check_status", {"run_id": run_id})
-            if status["status"] in {"completed", "failed", "stopped"}:
-                break
-            await anyio.sleep(1.0)
+        seen: list[int] = []
+        status = await run_to_end(client, run_id, RUN_DEADLINE_S, each=lambda: seen.extend(_server_pids()))
+        saw_server = bool(seen)
         assert status["status"] == "completed", status
         assert status["metrics"]["step"] == 4
         results = await ok(client, "rl_get_results", {"run_id": run_id})

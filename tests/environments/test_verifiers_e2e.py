@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import FIXTURES, REPO, stdio_params
+from tests.conftest import FIXTURES, stdio_params
 from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import ok
+from tests.mcp_helpers import build_family, ok, run_to_end
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-FAMILIES = Path(os.environ.get("MCP_RL_CI_FAMILIES", Path.home() / ".cache" / "mcp-rl-ci" / "families"))
 TASKSETS = (FIXTURES / "verifiers_tasks").resolve()
 NAME = "verifiers:small_sums"
 RUN_DEADLINE_S = 1200.0
@@ -49,19 +43,7 @@ SHORT = {
 
 @pytest.fixture(scope="module")
 def families_dir() -> Path:
-    """The verifiers interpreter, made by the project's own code (reused when made before)."""
-    start = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-m", "mcp_rl.environments.families", "build", "verifiers", "--deadline", "1500"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, MCP_RL_FAMILIES_DIR=str(FAMILIES)),
-        cwd=REPO,
-        timeout=1600,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    print(f"verifiers interpreter ready in {time.monotonic() - start:.1f} s: {out.stdout.strip()}")
-    return FAMILIES
+    return build_family("verifiers")
 
 
 async def test_verifiers_taskset_listed_and_trained(home: Path, families_dir: Path) -> None:
@@ -89,13 +71,7 @@ async def test_verifiers_taskset_listed_and_trained(home: Path, families_dir: Pa
 
         started = await ok(client, "rl_start_training")
         run_id = started["run_id"]
-        end = time.monotonic() + RUN_DEADLINE_S
-        status: dict[str, Any] = {}
-        while time.monotonic() < end:
-            status = await ok(client, "rl_check_status", {"run_id": run_id})
-            if status["status"] in {"completed", "failed", "stopped"}:
-                break
-            await anyio.sleep(1.0)
+        status = await run_to_end(client, run_id, RUN_DEADLINE_S)
         assert status["status"] == "completed", status
         assert status["metrics"]["step"] == 4
         results = await ok(client, "rl_get_results", {"run_id": run_id})

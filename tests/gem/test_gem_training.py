@@ -8,16 +8,13 @@ multi-turn episodes against the trainer's inference server. Kept tiny: 2 steps o
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok
+from tests.mcp_helpers import ok, run_to_end
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -44,13 +41,7 @@ async def test_gem_run_completes_with_episode_metrics(home: Path) -> None:
         started = await ok(client, "rl_start_training")
         run_id = started["run_id"]
         assert started["backend"] == "local"
-        end = time.monotonic() + RUN_DEADLINE_S
-        status: dict[str, Any] = {}
-        while time.monotonic() < end:
-            status = await ok(client, "rl_check_status", {"run_id": run_id})
-            if status["status"] in {"completed", "failed", "stopped"}:
-                break
-            await anyio.sleep(1.0)
+        status = await run_to_end(client, run_id, RUN_DEADLINE_S)
         assert status["status"] == "completed", status
         assert status["metrics"]["step"] == 2
         results = await ok(client, "rl_get_results", {"run_id": run_id})
