@@ -89,7 +89,9 @@ async def test_a_hanging_model_is_killed_at_its_deadline_a_silent_one_stops_earl
     # stops the model after a group's worth of them, long before its deadline.
     assert silent.state == "failed" and "every answer was empty" in (silent.error or "") and "rejected" in silent.error
     assert silent.usage is not None and silent.usage.requests <= silent.usage.request_budget
-    assert silent.elapsed_s is not None and silent.elapsed_s < HANG_DEADLINE_S - 10
+    # Its state says the gateway, not the deadline, ended it; its time includes its environment
+    # process's start (up to ~25 s on a loaded 2-core machine), so only "before the deadline" is firm.
+    assert silent.elapsed_s is not None and silent.elapsed_s < HANG_DEADLINE_S - 1
     assert hang.elapsed_s is not None and hang.elapsed_s >= HANG_DEADLINE_S - 1
     assert {HANG, EMPTY} <= fake.models_seen()
     assert done.summary.environment_working is True and done.summary.best_model == GOOD
