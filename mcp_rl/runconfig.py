@@ -8,6 +8,7 @@ keys reach the processes through their environment.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +21,10 @@ from mcp_rl.errors import DamagedState, clip_message
 from mcp_rl.rundir import RunPaths as RunPaths
 
 Backend = Literal["local", "tinker"]
+
+
+# Hosted Tinker's own hosts: a run pointed at one of them through `tinker_base_url` is still billed.
+HOSTED_TINKER = re.compile(r"^https?://([A-Za-z0-9-]+\.)*thinkingmachines\.(dev|ai)(:\d+)?(/|$)")
 
 
 class EnvironmentRef(BaseModel):
@@ -93,6 +98,15 @@ class TrainerSettings(BaseModel):
     tinker_base_url: str | None = None
     tinker_sdk: Literal["auto", "0.38", "0.25"] = "auto"
     wandb: WandbSettings = WandbSettings()
+
+    @property
+    def self_hosted_server(self) -> str | None:
+        """The Tinker-compatible server of the user's this run trains on (SkyRL's Tinker API, TuFT,
+        ...): its `tinker_base_url` when that is not hosted Tinker. No Tinker bill comes for work
+        done there (priced at $0), and only the SDK dialect such servers speak reaches it."""
+        if self.backend != "tinker" or not self.tinker_base_url or HOSTED_TINKER.match(self.tinker_base_url):
+            return None
+        return self.tinker_base_url
 
 
 class RunConfig(BaseModel):

@@ -36,6 +36,7 @@ class RunShape:
     max_sequence: int  # longest sequence the trainer takes
     eval_every: int = 0
     prompt_tokens: tuple[int, int] = PROMPT_TOKENS
+    self_hosted: str | None = None  # a Tinker-compatible server of the user's (TrainerSettings.self_hosted_server)
 
     def drivers(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class RunShape:
             "max_tokens": self.max_tokens,
             "prompt_tokens_assumed": list(self.prompt_tokens),
             "evaluations": self.evaluations(),
+            **({"self_hosted_server": self.self_hosted} if self.self_hosted else {}),
         }
 
     def evaluations(self) -> int:
@@ -107,6 +109,11 @@ class Estimate:
         }
 
     def summary(self) -> str:
+        if self.free and self.drivers.get("self_hosted_server"):
+            return (
+                f"$0 from Tinker: the run trains on the self-hosted Tinker-compatible server at "
+                f"{self.drivers['self_hosted_server']} (its hardware is its owner's to count)."
+            )
         if self.free:
             return f"$0: the {self.drivers.get('backend')} backend runs on this machine (no paid service)."
         d = self.drivers
@@ -135,9 +142,9 @@ def fmt(value: float | None) -> str:
 
 
 def estimate_run(shape: RunShape, lookup: RatesLookup | None) -> Estimate:
-    """`lookup` None means a free (local) backend."""
+    """`lookup` None means a free backend (local, or a self-hosted Tinker-compatible server)."""
     drivers = shape.drivers()
-    if shape.backend != "tinker" or lookup is None:
+    if shape.backend != "tinker" or lookup is None or shape.self_hosted:
         return Estimate(free=True, drivers=drivers)
     low_p, high_p = shape.prompt_tokens
     points = {

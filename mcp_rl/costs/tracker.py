@@ -71,10 +71,13 @@ class CostTracker:
 
 
 def tracker_for(backend: Any, config: RunConfig, settings: Settings) -> CostTracker:
-    """The tracker of a run: priced when its backend meters a paid service, $0 otherwise. A
-    resumed run goes on from the total its earlier steps recorded."""
+    """The tracker of a run: priced when its backend meters a paid service, $0 otherwise (the
+    local backend; a self-hosted Tinker-compatible server). A resumed run goes on from the total
+    its earlier steps recorded."""
     meter = getattr(backend, "meter", None)
-    paid = isinstance(meter, TokenMeter) and config.trainer.backend == "tinker"
+    paid = (
+        isinstance(meter, TokenMeter) and config.trainer.backend == "tinker" and not config.trainer.self_hosted_server
+    )
     lookup = tinker_rates(settings, config.trainer.base_model) if paid else None
     tracker = CostTracker(meter if isinstance(meter, TokenMeter) else TokenMeter(), lookup, config.trainer.max_cost_usd)
     if config.paths.metrics.exists():

@@ -30,12 +30,13 @@ def run_shape(config: RunConfig) -> RunShape:
         max_sequence=t.max_token_trainer_length,
         eval_every=t.eval_every,
         prompt_tokens=(low, high),
+        self_hosted=t.self_hosted_server,
     )
 
 
 def estimate_training(settings: Settings, config: RunConfig) -> Estimate:
     shape = run_shape(config)
-    if shape.backend != "tinker":
+    if shape.backend != "tinker" or shape.self_hosted:
         return estimate_run(shape, None)
     return estimate_run(shape, tinker_rates(settings, shape.model))
 

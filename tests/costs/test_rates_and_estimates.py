@@ -92,3 +92,40 @@ def test_an_unpriced_paid_start_needs_a_yes_and_a_cap_on_it_cannot_be_enforced(t
     # Priced and under the threshold: no yes needed.
     cheap = estimate_run(SHAPE, tinker_rates(settings(tmp_path), "Qwen/Qwen3-8B"))
     assert not gate(settings(tmp_path), cheap, None, "Training x", "{cap}").needs_yes
+
+
+@pytest.mark.parametrize(
+    ("base_url", "billed"),
+    [
+        ("http://127.0.0.1:8000", False),  # SkyRL's Tinker API, TuFT: a server of the user's
+        ("https://tinker.example.org/api", False),
+        ("https://tinker.thinkingmachines.dev/services/tinker-prod", True),  # hosted Tinker by its URL
+        (None, True),
+    ],
+)
+def test_a_run_on_a_self_hosted_tinker_server_has_no_tinker_bill(
+    tmp_path: Path, base_url: str | None, billed: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from mcp_rl.costs.consent import gate
+    from mcp_rl.costs.meter import TokenMeter
+    from mcp_rl.costs.tracker import tracker_for
+    from mcp_rl.costs.training import estimate_training
+    from tests.kit.runs import run_config
+
+    # A model no pricing file knows: hosted Tinker's run cannot be priced, a self-hosted one needs no price.
+    config = run_config(
+        tmp_path / "run", backend="tinker", base_model="/models/SmolLM2-135M-Instruct", tinker_base_url=base_url
+    )
+    estimate = estimate_training(settings(tmp_path), config)
+    decision = gate(settings(tmp_path), estimate, None, "Training x", "{cap}")
+    tracker = tracker_for(SimpleNamespace(meter=TokenMeter()), config, settings(tmp_path))
+    if billed:
+        assert not estimate.known and decision.needs_yes and tracker.lookup is not None
+    else:
+        assert estimate.free and estimate.high() == 0.0 and not decision.needs_yes and tracker.lookup is None
+        assert estimate.summary() == (
+            f"$0 from Tinker: the run trains on the self-hosted Tinker-compatible server at {base_url} "
+            "(its hardware is its owner's to count)."
+        )

@@ -23,6 +23,7 @@ def write_run_file(
     backend: str = "local",
     steps: int = 4,
     tokenizer_path: str | None = None,
+    tinker_base_url: str | None = None,
 ) -> RunConfig:
     return run_config(
         settings.runs_dir / run_id,
@@ -33,6 +34,7 @@ def write_run_file(
         backend=backend,
         base_model=base_model,
         tokenizer_path=tokenizer_path,
+        tinker_base_url=tinker_base_url,
         num_steps=steps,
         batch_size=8,
         group_size=4,

@@ -57,6 +57,21 @@ def test_tinker_sampler_path(settings: Settings) -> None:
     )
 
 
+def test_a_run_on_a_self_hosted_tinker_server_is_not_evaluated_on_hosted_tinker(settings: Settings) -> None:
+    from mcp_rl.evaluation.checkpoint_eval import plan
+
+    config = write_run_file(
+        settings, "t2", base_model="/models/SmolLM2", backend="tinker", tinker_base_url="http://127.0.0.1:8000"
+    )
+    record_checkpoint(config, 3, "sampler", "tinker://model_x/sampler_weights/step_3", final=True)
+    before = _snapshot(settings.home)
+    with pytest.raises(
+        UserError, match=r"self-hosted Tinker-compatible server at http://127\.0\.0\.1:8000.*rl_check_status"
+    ):
+        plan(settings, "t2", None, None)
+    assert _snapshot(settings.home) == before
+
+
 @pytest.mark.parametrize(
     ("ref", "error", "words"),
     [

@@ -479,7 +479,9 @@ def build_app(wire: TinkerWire) -> Any:
         sequences = []
         for n in range(data.get("num_samples", 1)):
             seed = zlib.crc32(json.dumps([prompt, n, data.get("seq_id")]).encode())
-            length = min(max_tokens, 3)
+            # Today's Tinker stops at EOS by itself; SkyRL's server (0.25) only at stops it is given.
+            runs_on = wire.dialect == "0.25" and not params.get("stop")
+            length = max_tokens if runs_on else min(max_tokens, 3)
             tokens = [10 + (seed >> (4 * j)) % 90 for j in range(length)]
             logprobs = [policy_logprob(version, len(prompt) + j, t) for j, t in enumerate(tokens)]
             sequences.append((tokens, logprobs, length == max_tokens))

@@ -76,6 +76,10 @@ def test_sdk_025_against_a_self_hosted_servers_dialect(tiny_tokenizer: str, sdk_
     assert result is not None, err
     assert result["sdk"] == "0.25.0" and result["self_hosted"] is True
     assert len(result["sampled"]) == 2 and result["resumed_sampled"]
+    # The server stops only where it is told to (SkyRL has no implicit EOS): every request carries
+    # EOS (the tiny tokenizer's id 1), so no answer runs on to max_tokens.
+    assert [s["params"].get("stop") for s in wire.samples] == [[1]] * len(wire.samples), wire.samples
+    assert [len(tokens) for tokens in result["sampled"]] == [3, 3]
     # No loss metric from the server (metrics={}): the loss is the sum of the per-token losses.
     assert result["loss"] == pytest.approx(wire.forward_backward[0]["loss"], rel=1e-5)
     # Resume: weights_info, a model created, then load_weights with its model_id.

@@ -275,7 +275,9 @@ class TinkerBackend(TrainingBackend):
     def _stops(self, request: SamplingRequest) -> list[str] | list[int] | None:
         """Tinker's `stop`: None keeps its implicit EOS stop, but a given list replaces it, so the
         end-of-sequence token (as text with stop strings, as an id with stop ids) is added back:
-        stop strings must not make a sample run on past EOS to max_tokens."""
+        stop strings must not make a sample run on past EOS to max_tokens. A self-hosted server
+        has no implicit stop (SkyRL 0.4.0 stops only at the stop tokens it is given: measured, its
+        answers ran on past `<|im_end|>` to max_tokens), so it is always given EOS."""
         eos_id = getattr(self.tokenizer, "eos_token_id", None)
         eos_text = getattr(self.tokenizer, "eos_token", None)
         if request.stop:
@@ -284,7 +286,7 @@ class TinkerBackend(TrainingBackend):
         if request.stop_token_ids:
             ids = list(request.stop_token_ids)
             return ids + [eos_id] if isinstance(eos_id, int) and eos_id not in ids else ids
-        return None
+        return [eos_id] if self.self_hosted and isinstance(eos_id, int) else None
 
     # --- training ---------------------------------------------------------------------------
     def datum(self, example: TrainingExample, logprobs: list[float] | None = None) -> Any:
