@@ -124,9 +124,18 @@ def resolve_checkpoint(settings: Settings, run_id: str, step: int | None = None)
 
     Raises:
         NotFound: unknown run, or no checkpoint at that step (the answer lists the saved steps).
-        UserError: the run has no saved checkpoint yet.
+        UserError: the run has no saved checkpoint yet, or its checkpoints are on a self-hosted
+            Tinker-compatible server (every user of a Tinker checkpoint samples through hosted Tinker).
     """
     config = load_run(settings, run_id)
+    self_hosted = config.trainer.self_hosted_server
+    if self_hosted:
+        raise UserError(
+            f"Run {run_id} trained on the self-hosted Tinker-compatible server at {self_hosted}, which keeps its "
+            "checkpoints: mcp-rl evaluates, smoke-tests and serves Tinker checkpoints through hosted Tinker only (not "
+            "yet in the SDK dialect such servers speak). The run's own held-out figures, evaluated by its trainer on "
+            "that server before its first step and after its last, are in rl_check_status and rl_get_results."
+        )
     saved = saved_weights(config)
     steps = sorted(saved)
     if not steps:

@@ -176,14 +176,6 @@ def plan(
             f"environment {name!r} is evaluated by its own evaluate() against each model served locally: "
             "only a local run's checkpoint against its base can be evaluated this way (no compare_with, no Tinker run)."
         )
-    self_hosted = config.trainer.self_hosted_server
-    if self_hosted:
-        raise UserError(
-            f"Run {run_id} trained on the self-hosted Tinker-compatible server at {self_hosted}: rl_evaluate_checkpoint "
-            "samples from hosted Tinker only (not yet in the SDK dialect such servers speak). The run's own held-out "
-            "figures, evaluated by its trainer on that server before its first step and after its last, are in "
-            "rl_check_status and rl_get_results."
-        )
     if ref.backend == "tinker" and settings.tinker_api_key is None:
         raise UserError(
             f"Run {run_id} trained on Tinker: evaluating its checkpoint needs TINKER_API_KEY in the server's environment."

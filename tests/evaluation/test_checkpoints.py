@@ -57,7 +57,7 @@ def test_tinker_sampler_path(settings: Settings) -> None:
     )
 
 
-def test_a_run_on_a_self_hosted_tinker_server_is_not_evaluated_on_hosted_tinker(settings: Settings) -> None:
+def test_a_run_on_a_self_hosted_tinker_server_is_not_sampled_through_hosted_tinker(settings: Settings) -> None:
     from mcp_rl.evaluation.checkpoint_eval import plan
 
     config = write_run_file(
@@ -69,6 +69,9 @@ def test_a_run_on_a_self_hosted_tinker_server_is_not_evaluated_on_hosted_tinker(
         UserError, match=r"self-hosted Tinker-compatible server at http://127\.0\.0\.1:8000.*rl_check_status"
     ):
         plan(settings, "t2", None, None)
+    # Smoke tests, compare_with and serve-model resolve `run:<id>` through the same door.
+    with pytest.raises(UserError, match=r"evaluates, smoke-tests and serves Tinker checkpoints through hosted Tinker"):
+        resolve_ref(settings, "run:t2@3")
     assert _snapshot(settings.home) == before
 
 
