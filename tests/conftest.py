@@ -40,25 +40,6 @@ FAST_TIER_WORKERS = 2
 # files at once on 2 cores take about half the wall time (measured: ~35 of ~65 minutes).
 SLOW_TIER_WORKERS = 2
 
-# Slow-tier files by their measured time in CI, longest first (seconds, clean clone, 2 workers,
-# 2026-11-27); every other file takes under two minutes and follows in collection order.
-LONGEST_SLOW_FILES = (
-    "tests/tasks/test_task_run.py",  # 822
-    "tests/supervisor/test_e2e_env_failures.py",  # 445+
-    "tests/supervisor/test_e2e_training.py",  # 410+
-    "tests/cluster/test_slurm_runs.py",  # 291
-    "tests/environments/test_verifiers_e2e.py",  # 276
-    "tests/environments/test_reasoning_gym_runs.py",  # 260
-    "tests/evaluation/test_checkpoint_eval.py",  # 234
-    "tests/trainer/test_local_run.py",  # 227
-    "tests/evaluation/test_own_evaluate.py",  # 202
-    "tests/cluster/test_ray_runs.py",  # 195
-    "tests/environments/test_openenv_e2e.py",  # 190
-    "tests/gem/test_gem_training.py",  # 158
-    "tests/cli/test_demo.py",  # 143
-    "tests/environments/test_repository_e2e.py",  # 138
-)
-
 _converted_model: Path | None = None
 
 
@@ -77,9 +58,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if markexpr.strip() == "slow":
         if config.option.dist == "no":
             config.option.dist = "loadgroup"
-        # Hand groups out in the order of `pytest_collection_modifyitems` (longest first), not
-        # xdist's default of most tests first, which leaves the longest one-test files to the end.
-        config.option.loadscopereorder = False
         return SLOW_TIER_WORKERS
     return 0
 
@@ -96,13 +74,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # One process per file (or per shared run) when the slow tier runs in parallel.
             shared = "completed_run" in item.fixturenames
             item.add_marker(pytest.mark.xdist_group("completed_run" if shared else item.nodeid.split("::")[0]))
-    # The longest files first, each to the worker that frees up first (so the tier ends when the
-    # sum of its work, split in two, is done, not when a long file handed out last is).
-    items.sort(key=lambda item: _slow_rank(item.nodeid.split("::")[0]))
-
-
-def _slow_rank(path: str) -> int:
-    return LONGEST_SLOW_FILES.index(path) if path in LONGEST_SLOW_FILES else len(LONGEST_SLOW_FILES)
 
 
 @pytest.fixture

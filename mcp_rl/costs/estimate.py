@@ -144,7 +144,7 @@ def fmt(value: float | None) -> str:
 def estimate_run(shape: RunShape, lookup: RatesLookup | None) -> Estimate:
     """`lookup` None means a free backend (local, or a self-hosted Tinker-compatible server)."""
     drivers = shape.drivers()
-    if shape.backend != "tinker" or lookup is None or shape.self_hosted:
+    if shape.backend != "tinker" or lookup is None:
         return Estimate(free=True, drivers=drivers)
     low_p, high_p = shape.prompt_tokens
     points = {

@@ -36,9 +36,8 @@ def run_shape(config: RunConfig) -> RunShape:
 
 def estimate_training(settings: Settings, config: RunConfig) -> Estimate:
     shape = run_shape(config)
-    if shape.backend != "tinker" or shape.self_hosted:
-        return estimate_run(shape, None)
-    return estimate_run(shape, tinker_rates(settings, shape.model))
+    billed = shape.backend == "tinker" and not shape.self_hosted
+    return estimate_run(shape, tinker_rates(settings, shape.model) if billed else None)
 
 
 # The run id of a run file built only to be priced (never written, never started).

@@ -6,16 +6,13 @@ temporary folder. `address` is its dashboard (the Jobs API)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
 from mcp_rl.ports import allocate_ports
+from tests.kit.service import ServiceProcess
 
 REPO = Path(__file__).resolve().parents[2]
 READY_DEADLINE_S = 300.0  # `ray start --head` took 45 s on a loaded 2-core machine
@@ -32,7 +29,7 @@ def ray_venv() -> Path:
 class RayHead:
     def __init__(self) -> None:
         self.address = ""
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._service: ServiceProcess | None = None
         # Ray's unix sockets live under its temp dir: the path must stay short.
         self._tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
 
@@ -66,36 +63,11 @@ class RayHead:
             "--num-gpus=0",
             f"--temp-dir={self._tmp}",
         ]
-        log = open(self._tmp / "ray-start.log", "ab")
-        self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        log.close()
-        end = time.monotonic() + READY_DEADLINE_S
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"ray start exited {self._proc.returncode}: {(self._tmp / 'ray-start.log').read_text()[-3000:]}"
-                )
-            try:
-                with httpx.Client(timeout=5, trust_env=False) as client_:
-                    if client_.get(f"{self.address}/api/version").status_code == 200:
-                        return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > end:
-                self.__exit__(None, None, None)
-                raise RuntimeError(f"Ray head not answering at {self.address} after {READY_DEADLINE_S:g} s")
-            time.sleep(0.5)
+        # `ray start --block` ends the processes it started when it is told to stop.
+        self._service = ServiceProcess("the Ray head", argv, env, self._tmp / "ray-start.log")
+        self._service.start(f"{self.address}/api/version", READY_DEADLINE_S)
+        return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            # `ray start --block` ends the processes it started when it is told to stop; its session
-            # is ours (start_new_session), so nothing else is signalled.
-            os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait(timeout=30)
-        self._proc = None
+        if self._service is not None:
+            self._service.stop()

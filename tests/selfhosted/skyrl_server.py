@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
 from mcp_rl.ports import allocate_ports
+from tests.kit.service import ServiceProcess
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.4.0"
@@ -44,7 +41,7 @@ class SkyrlServer:
         self.folder = folder
         self.base_url = ""
         self.log = folder / "skyrl.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._service: ServiceProcess | None = None
 
     def __enter__(self) -> SkyrlServer:
         venv = skyrl_venv()
@@ -65,34 +62,11 @@ class SkyrlServer:
             f"--checkpoints-base={self.folder / 'checkpoints'}",
         ]
         env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-        with open(self.log, "ab") as log:
-            self._proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder, start_new_session=True
-            )
-        end = time.monotonic() + READY_DEADLINE_S
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"SkyRL exited {self._proc.returncode}: {self.log.read_text()[-3000:]}")
-            try:
-                with httpx.Client(timeout=5, trust_env=False) as client:
-                    if client.get(f"{self.base_url}/api/v1/healthz").status_code == 200:
-                        return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > end:
-                self.__exit__(None, None, None)
-                raise RuntimeError(f"SkyRL not healthy at {self.base_url} after {READY_DEADLINE_S:g} s")
-            time.sleep(0.5)
+        # Its session is ours: uv, the server and the engine it spawned end together.
+        self._service = ServiceProcess("SkyRL's Tinker API", argv, env, self.log, cwd=self.folder)
+        self._service.start(f"{self.base_url}/api/v1/healthz", READY_DEADLINE_S)
+        return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            # Its session is ours (start_new_session): uv, the server and the engine it spawned.
-            os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait(timeout=30)
-        self._proc = None
+        if self._service is not None:
+            self._service.stop()
