@@ -8,12 +8,14 @@ reaped when it ends (a long-lived server keeps no zombie), and told alive or dea
 start time (a recycled pid or a zombie is dead). A job whose status still says running while its
 worker is dead has failed; each kind then records that in its own status. Cancelling stops the
 worker's group (SIGTERM, its cue to end cleanly, then SIGKILL after a grace), once its identity
-is proven; every kind is waited for by one loop, `wait_for_job` (so is a run's stop, in
-mcp_rl.supervisor.stop_wait).
+is proven, and records that a cancel stopped it (`cancel.json`: an MCP task over a job whose own
+status has no cancelled state, an export, still reads as cancelled). Every kind is waited for by
+one loop, `wait_for_job` (so is a run's stop, in mcp_rl.supervisor.stop_wait).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +28,7 @@ from mcp_rl import processes
 from mcp_rl.atomic import write_text_atomic
 
 WORKER_FILE = "worker.json"
+CANCEL_FILE = "cancel.json"
 POLL_S = 0.5
 
 T = TypeVar("T")
@@ -92,8 +95,16 @@ def cancel_worker(folder: Path, marker: str, grace_s: float) -> bool:
     record = read_worker(folder)
     if record is None or not processes.is_alive(record.pid, record.create_time or None):
         return False
+    if processes.prove(record.pid, record.create_time or None, marker).liveness != processes.Liveness.UNPROVEN:
+        # Recorded before the signal: whoever reads the job's end reads the cancel with it.
+        write_text_atomic(folder / CANCEL_FILE, json.dumps({"cancelled_at": time.time()}))
     processes.stop_group(record.pid, record.pgid, record.create_time or None, grace_s, marker=marker)
     return True
+
+
+def cancelled(folder: Path) -> bool:
+    """Whether the job's worker was stopped by a cancel (`cancel_worker`), by whichever server."""
+    return (folder / CANCEL_FILE).is_file()
 
 
 async def wait_for_job(

@@ -28,8 +28,9 @@ def test_a_worker_is_cancelled_only_with_its_own_marker_and_then_reads_dead(tmp_
     assert background.read_worker(folder) == record and background.worker_alive(folder)
     # Another job's marker proves nothing: the worker is left running.
     background.cancel_worker(folder, processes.marker_for("test", tmp_path / "other"), 2.0)
-    assert background.worker_alive(folder)
+    assert background.worker_alive(folder) and not background.cancelled(folder)
     assert background.cancel_worker(folder, processes.marker_for("test", folder), 2.0) is True
+    assert background.cancelled(folder)  # recorded, for a job kind whose status has no cancelled state
     assert processes.wait_until(lambda: not background.worker_alive(folder), time.monotonic() + 10)
     # Nothing left to stop: a second cancel says so, and so does a job without a worker record.
     assert background.cancel_worker(folder, processes.marker_for("test", folder), 2.0) is False

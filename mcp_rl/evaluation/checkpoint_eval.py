@@ -342,6 +342,15 @@ def read_evaluation(settings: Settings, eval_id: str) -> EvaluationResult:
     )
 
 
+def cancel_evaluation(settings: Settings, eval_id: str, timeout_s: float = 30.0) -> EvaluationResult:
+    """Stop a running evaluation: its worker ends its models and records "cancelled"; a worker
+    still alive after `timeout_s` has its group killed (it then reads as failed). An ended
+    evaluation is left as it is."""
+    folder = eval_folder(settings, eval_id)
+    background.cancel_worker(folder, marker_for("eval", folder), timeout_s)
+    return read_evaluation(settings, eval_id)
+
+
 async def wait_for_evaluation(
     settings: Settings, eval_id: str, timeout_s: float, progress: ProgressCallback | None = None
 ) -> EvaluationResult:

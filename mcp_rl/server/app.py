@@ -17,6 +17,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_rl import __version__
 from mcp_rl.server import identity
+from mcp_rl.server.mcp_tasks import TasksExtension
 from mcp_rl.server.rl_server import RlServer
 from mcp_rl.settings import Settings
 
@@ -38,7 +39,8 @@ def build_server(settings: Settings | None = None, after_registration: Callable[
     its fast start there: mcp_rl/fast_start.py)."""
     settings = settings or Settings.from_env()
     bus = InMemorySubscriptionBus()
-    return RlServer(
+    tasks = TasksExtension()  # long work as MCP tasks, for clients that declare them
+    server = RlServer(
         settings,
         lambda server: register_surface(server, settings, bus),
         after_registration,
@@ -50,7 +52,10 @@ def build_server(settings: Settings | None = None, after_registration: Callable[
         version=__version__,
         instructions=INSTRUCTIONS,
         subscriptions=bus,
+        extensions=[tasks],
     )
+    tasks.attach(server)
+    return server
 
 
 def register_surface(mcp: RlServer, settings: Settings, bus: InMemorySubscriptionBus) -> None:

@@ -5,6 +5,10 @@ cancelled call loses its answer while its work goes on. So every tool answers wi
 `Settings.tool_time_budget_s`: slow work (importing an environment, stopping a run, cancelling a
 smoke test) runs in a `Job` on a daemon thread, the call waits for it until its budget is spent,
 and a later call with the same key joins the job still in flight or collects its outcome.
+
+A call answered by an MCP task (server/mcp_tasks.py: the client declared the tasks extension)
+waits for none of the background job it starts: `job_wait_s` is 0 there, and the task answers
+for the job from then on.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +34,9 @@ PROGRESS_EVERY_S = 2.0
 # A finished job nobody collected is forgotten after this long (its effect is on disk anyway).
 UNCOLLECTED_TTL_S = 600.0
 
+# Set for the duration of a tools/call that an MCP task answers (server/mcp_tasks.py).
+TASK_CALL: ContextVar[bool] = ContextVar("mcp_rl_task_call", default=False)
+
 
 class CallBudget:
     """The time one tool call may still spend before it must answer."""
@@ -44,6 +52,11 @@ class CallBudget:
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def job_wait_s(self) -> float:
+        """How long the call may wait for the background job it started: the rest of its budget,
+        or nothing when an MCP task answers the call (the task follows the job instead)."""
+        return 0.0 if TASK_CALL.get() else self.remaining()
 
     def part(self, seconds: float) -> CallBudget:
         """A budget ending `seconds` from now, or with this one, whichever comes first."""

@@ -138,7 +138,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             # An answer, not an error: hosts such as Hermes count every error toward a breaker.
             return _answer(checkpoint_eval.refused(planned, str(refusal)))
         started = await anyio.to_thread.run_sync(checkpoint_eval.start_planned, settings, planned)
-        result = await _wait(ctx, budget, started.eval_id, budget.remaining())
+        result = await _wait(ctx, budget, started.eval_id, budget.job_wait_s())
         if decision.needs_yes:
             result = result.model_copy(update={"message": result.message + " The person said yes to it without a cap."})
         return _answer(_collect_hint(result, settings.tool_time_budget_s))

@@ -170,7 +170,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             await progress_reporter.report(message, done, total)
 
         # The deadline counts from the call: reading the environment's config may have taken a while.
-        result = await service.wait_for_test(settings, started.test_id, budget.remaining(), progress)
+        result = await service.wait_for_test(settings, started.test_id, budget.job_wait_s(), progress)
         return as_tool_result(collect_hint(result, state.settings.tool_time_budget_s))
 
     @mcp.resource(

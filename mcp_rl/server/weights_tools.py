@@ -133,7 +133,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 settings, run_id, step=step, format=format, dest=dest, push_to_hub=push_to_hub, overwrite=overwrite
             )
         )
-        status = await _wait(settings, status.export_id, budget.remaining() - MARGIN_S, progress)
+        status = await _wait(settings, status.export_id, budget.job_wait_s() - MARGIN_S, progress)
         return _answer(settings, status)
 
     @mcp.tool(title="Collect an export", annotations=READS)

@@ -106,6 +106,18 @@ def read_status(settings: Settings, export_id: str) -> ExportStatus:
     return status
 
 
+def cancel(settings: Settings, export_id: str, timeout_s: float = 30.0) -> ExportStatus:
+    """Stop a running export's worker (SIGTERM, then its group killed after `timeout_s`); its
+    unfinished output is removed as for any export whose worker ended (`read_status`), and
+    mcp_rl.background records the cancel. An ended export is left as it is."""
+    status = read_status(settings, export_id)
+    job_dir = exports_dir(settings) / status.export_id
+    if status.state == ExportState.RUNNING:
+        marker = status.marker or processes.marker_for("export", job_dir)
+        background.cancel_worker(job_dir, marker, timeout_s)
+    return read_status(settings, export_id)
+
+
 def _alive(job_dir: Path) -> bool:
     """The worker runs: its pid still belongs to the process started then, not ended (a zombie
     has ended); mcp_rl.background, as for smoke tests and evaluations."""
