@@ -22,8 +22,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from mcp_rl import __version__, fast_start
+from mcp_rl import __version__, fast_start, first_answer
 from mcp_rl.errors import McpRlError, NotFound
+from mcp_rl.home import cache_dir, home_dir
 
 if TYPE_CHECKING:
     from mcp_rl.settings import Settings
@@ -40,16 +41,31 @@ def client_went_away(exc: BaseException) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # A host's first request (Claude Code's server/discover) is answered before the SDK loads, from
+    # the answer a start before kept (mcp_rl.first_answer); the relay takes over stdin right away.
+    if args.transport == "stdio":
+        kept_at, key = cache_dir(home_dir(os.environ)) / first_answer.FILE_NAME, first_answer.code_key()
+        first_answer.FirstAnswer(kept_at, key)
     # Start-up is what a host waits for (mcp_rl.fast_start says what is skipped until built).
     fast_start.begin()
     # Each command imports what it uses (see the module's docstring).
-    from mcp_rl.server import build_server
     from mcp_rl.settings import Settings
 
     if args.transport == "stdio":
+        # The SDK and the server's modules load while the first answer goes out.
+        from mcp_rl.server import build_server
+
+        def registered() -> None:
+            # Off the first answers' path (on the registration's worker thread): this server's
+            # own server/discover answer, kept for the next start's first answer.
+            from mcp_types.version import LATEST_MODERN_VERSION  # loaded with the SDK by now
+
+            first_answer.keep(kept_at, key, first_answer.Kept(LATEST_MODERN_VERSION, server.discover_result()))
+            fast_start.done()
+
         # The surface is registered while the server already answers (server/rl_server.py);
         # the fast start ends when it is in.
-        server = build_server(after_registration=fast_start.done)
+        server = build_server(after_registration=registered)
         try:
             server.run()
         except BaseException as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from mcp_rl.errors import UserError
+from mcp_rl.home import cache_dir, home_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -243,7 +244,7 @@ class Settings(BaseModel):
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        home = Path(env.get("MCP_RL_HOME") or Path.home() / ".mcp-rl").expanduser()
+        home = home_dir(env)
         model = env.get("MCP_RL_MODEL")
         try:
             return cls._from_env(env, home, model)
@@ -320,7 +321,7 @@ class Settings(BaseModel):
 
     @property
     def cache_dir(self) -> Path:
-        return self.home / "cache"
+        return cache_dir(self.home)
 
     @property
     def evaluations_dir(self) -> Path:

@@ -47,6 +47,9 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 from mcp.types import Tool as MCPTool
+from mcp_types import SERVER_INFO_META_KEY, DiscoverResult
+from mcp_types.methods import serialize_server_result
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from mcp_rl.server import tool_catalog
 from mcp_rl.server.exploring import exploring_cause, exploring_result, output_schema_with_answer
@@ -178,6 +181,24 @@ class RlServer(MCPServer):
                 tasks.start_soon(task)
         finally:
             started.set()  # requests go on (and fail on their own) even if a hook failed
+
+    # --- server/discover, answered before the SDK is loaded --------------------------------
+    def discover_result(self, version: str = LATEST_MODERN_VERSION) -> dict[str, Any]:
+        """The `server/discover` result the SDK sends at `version`, as on the wire: what the
+        next start of `mcp-rl serve` answers with before it imports the SDK (mcp_rl/first_answer.py).
+        Built as the SDK's default handler and its runner build it (a test compares the bytes)."""
+        low = self._lowlevel_server  # capabilities, instructions and the serverInfo stamp live there
+        result = DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=low.get_capabilities(protocol_version=version),
+            instructions=low.instructions,
+        )
+        data = serialize_server_result(
+            "server/discover", version, result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        )
+        data.setdefault("resultType", "complete")
+        data["_meta"] = {**(data.get("_meta") or {}), SERVER_INFO_META_KEY: low.server_info_stamp}
+        return data
 
     # --- tools ------------------------------------------------------------------------------
     async def list_tools(self) -> list[MCPTool]:
