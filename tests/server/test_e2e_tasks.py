@@ -60,7 +60,7 @@ async def start_task(client: Client, args: dict[str, Any]) -> tuple[CreatedTask,
     return task, took
 
 
-def test_processes(settings: Settings, test_id: str) -> list[psutil.Process]:
+def processes_of_test(settings: Settings, test_id: str) -> list[psutil.Process]:
     """Every live process carrying the test's marker (the worker, its model processes, servers)."""
     marker = marker_for("test", settings.tests_dir / test_id)
     found = []
@@ -117,10 +117,10 @@ async def test_tasks_cancel_ends_a_running_task_and_leaves_no_process(home: Path
             while HANG_MODEL not in fake.models_seen():  # the model is being asked (and never answers)
                 assert time.monotonic() < deadline, "the hanging model was never asked"
                 await anyio.sleep(0.5)
-            assert test_processes(settings, test_id), "the test runs no process to cancel"
+            assert processes_of_test(settings, test_id), "the test runs no process to cancel"
             assert (await tasks_request(client, "tasks/get", task.task_id)).status == "working"
             ack = await tasks_request(client, "tasks/cancel", task.task_id)
-            left = test_processes(settings, test_id)
+            left = processes_of_test(settings, test_id)
             got = await tasks_request(client, "tasks/get", task.task_id)
             collected = await client.call_tool("rl_get_test_result", {"test_id": test_id})
             unknown = None
