@@ -16,6 +16,8 @@ from mcp import Client, MCPError
 from mcp.types import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from mcp_rl import background, processes
+from mcp_rl.evaluation import checkpoint_eval
+from mcp_rl.evaluation.checkpoint_models import RESULT_FILE, SPEC_FILE, CheckpointInfo, EvalState, EvaluationResult
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from mcp_rl.weights import jobs
@@ -55,6 +57,55 @@ def export_job(settings: Settings, export_id: str, state: jobs.ExportState) -> P
         status.pid = worker.pid
     jobs.write_status(job_dir, status)
     return job_dir
+
+
+def evaluation(settings: Settings, eval_id: str, state: EvalState) -> Path:
+    """An evaluation as rl_evaluate_checkpoint leaves it: spec, result and (running) its worker."""
+    folder = checkpoint_eval.evaluations_dir(settings) / eval_id
+    folder.mkdir(parents=True)
+    (folder / SPEC_FILE).write_text("{}", encoding="utf-8")  # its presence names the evaluation
+    now = time.time()
+    result = EvaluationResult(
+        eval_id=eval_id,
+        state=state,
+        run_id="r1",
+        step=2,
+        environment="arithmetic",
+        items=10,
+        held_out="the environment's held-out items",
+        checkpoint=CheckpointInfo(model="run:r1@2", weights="/w", backend="local", base_model="base", final=True),
+        models=[],
+        started_at=now,
+        updated_at=now,
+        elapsed_s=0.0,
+        message=f"Evaluation {eval_id}: {state}.",
+    )
+    (folder / RESULT_FILE).write_text(result.model_dump_json(), encoding="utf-8")
+    if state == "running":
+        env = {"PATH": os.environ.get("PATH", "")}
+        background.start_worker(
+            SLEEPER, folder, folder / "worker.log", env, marker=processes.marker_for("eval", folder)
+        )
+    return folder
+
+
+async def test_tasks_follow_an_evaluation_the_same_way(home: Path) -> None:
+    settings = Settings.from_env({"MCP_RL_HOME": str(home)})
+    running = evaluation(settings, "ev-running", "running")
+    evaluation(settings, "ev-done", "completed")
+    worker = background.read_worker(running)
+    assert worker is not None
+    async with Client(build_server(settings), extensions=[TasksClient()]) as client:
+        working = await tasks_request(client, "tasks/get", "eval:ev-running")
+        done = await tasks_request(client, "tasks/get", "eval:ev-done")
+        collected = await client.call_tool("rl_get_evaluation", {"eval_id": "ev-done"})
+        await tasks_request(client, "tasks/cancel", "eval:ev-running")
+        cancelled = await tasks_request(client, "tasks/get", "eval:ev-running")
+    assert working.status == "working" and done.status == "completed"
+    assert done.result is not None and done.result["structuredContent"] == collected.structured_content
+    # This worker could not say "cancelled" itself (a sleeper, killed): the recorded cancel does.
+    assert cancelled.status == "cancelled"
+    assert not processes.is_alive(worker.pid, worker.create_time)
 
 
 async def error_code(client: Client, method: str, task_id: str) -> int:
