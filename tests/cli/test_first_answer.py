@@ -5,6 +5,7 @@ sends; everything else reaches the SDK untouched. Real server processes over raw
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -92,6 +93,25 @@ def test_anything_but_a_well_formed_discover_goes_to_the_sdk(home: Path) -> None
     import anyio  # only this test drives an async client
 
     assert anyio.run(legacy) > 10
+
+
+def test_the_sdks_own_client_connects_on_the_kept_answer(home: Path, tmp_path: Path) -> None:
+    session(home, line(1, "server/discover"), line(2, "tools/list"))  # keeps the answer
+    log = tmp_path / "server.log"
+    serve = f"exec {shlex.quote(sys.executable)} -m mcp_rl serve 2>>{shlex.quote(str(log))}"
+    params = stdio_params(home).model_copy(update={"command": "/bin/sh", "args": ["-c", serve]})
+
+    async def modern() -> tuple[str | None, int, bool]:
+        async with Client(params) as client:  # probes server/discover first, as Claude Code does
+            tools = await client.list_tools()
+            called = await client.call_tool("rl_list_runs", {})
+            return client.protocol_version, len(tools.tools), called.is_error
+
+    import anyio  # only this test and the one above drive an async client
+
+    version, tools, failed = anyio.run(modern)
+    assert version == VERSION and tools > 10 and not failed
+    assert FAST_NOTE in log.read_text()  # the server's stderr: the kept answer was used
 
 
 @pytest.mark.parametrize(
