@@ -37,7 +37,7 @@ from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, require_client_extension
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, RequestParams
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolRequestParams, CallToolResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
@@ -228,8 +228,7 @@ class TasksExtension(Extension):
         try:
             answer = await self.server.call_tool(job_tool.collect, {job_tool.id_field: job_id}, context)
         except ToolError as exc:  # the job's files could not be read
-            status, payload = "failed", {"error": {"code": INVALID_PARAMS, "message": str(exc)}}
-            answer = None
+            status, payload = "failed", {"error": {"code": INTERNAL_ERROR, "message": str(exc)}}
         else:
             data = answer.structured_content if isinstance(answer, CallToolResult) else None
             state = data.get("state") if isinstance(data, dict) else None
