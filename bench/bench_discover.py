@@ -17,6 +17,18 @@ Target (issue 48): the first answer within 2 s of the spawn each time beside a b
 within 1 s on a quiet machine, for every start with a kept answer (all but the first start of a
 given install in a given home, whose answer is the SDK's own and is printed for comparison).
 
+Measured 2026-11-28 (2-core AMD EPYC, 5 starts each; milliseconds from the spawn):
+
+                                quiet     1 busy loop   2 busy loops
+    kept answer                 43-49     47-52         48-105
+    kept, no bytecode cache     190-197   196-218       262-437
+    first start (SDK answers)   354-382   358-381       472-732
+
+and with six other test sessions on the same 2 cores (load 3.8-5.2): kept answer 53-268 quiet,
+102-460 beside busy loops; no bytecode 241-582 / 449-2071; first start 437-1493 / 1140-3333.
+Before the kept answer every start was the SDK's: 380-410 ms quiet, 480-680 beside 2 busy loops,
+1.1-1.2 s and 3.8-12 s without bytecode.
+
 Run: python bench/bench_discover.py [--starts 5] [--busy 2]
 """
 
