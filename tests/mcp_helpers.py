@@ -13,12 +13,15 @@ from typing import Any
 import anyio
 from mcp import Client
 
+from tests.kit.runs import TEST_HELD_OUT_LIMIT
+
 # Where the slow tier keeps the environment families' interpreters: outside the checkout, so only
 # a machine's first run pays for making them.
 FAMILIES = Path(os.environ.get("MCP_RL_CI_FAMILIES", Path.home() / ".cache" / "mcp-rl-ci" / "families"))
 
-# A run short enough for a 2-core CI machine: 2 steps of 2 groups of 4 answers.
-SHORT_RUN = {"total_steps": 2, "batch_size": 8, "group_size": 4}
+# A run short enough for a 2-core CI machine: 2 steps of 2 groups of 4 answers, evaluated on
+# TEST_HELD_OUT_LIMIT held-out items at both ends.
+SHORT_RUN = {"total_steps": 2, "batch_size": 8, "group_size": 4, "held_out_limit": TEST_HELD_OUT_LIMIT}
 
 
 async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

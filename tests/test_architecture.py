@@ -13,6 +13,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent / "mcp_rl"
 NOTES = Path(__file__).resolve().parent.parent / "docs" / "design-notes.md"
 LAYERS = ("programs", "adapter", "services", "contracts", "base")
@@ -305,12 +307,36 @@ SDK_PRIVATE = frozenset(
 SDK_PRIVATE_NAMED = {("server/rl_server.py", "_lowlevel_server")}
 
 
+# getattr and its kin read an attribute by a string, which `node.attr` never sees: a private
+# name there (`getattr(session, "_connection", session)`) reads another object's private part, the
+# SDK's or any library's, and breaks silently when it is renamed. Our own objects' are `self`/`cls`'s.
+BY_NAME = frozenset({"getattr", "hasattr", "setattr", "delattr"})
+
+
+def _private_name_read(node: ast.AST) -> str | None:
+    """The private name a getattr-style call reads off an object other than self/cls."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BY_NAME):
+        return None
+    if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant) or not isinstance(node.args[1].value, str):
+        return None
+    name = node.args[1].value
+    owner = node.args[0]
+    if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+        return None
+    if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+        return None
+    return name
+
+
 def sdk_private_reads(source: str) -> set[str]:
-    return {
-        node.attr
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Attribute) and node.attr in SDK_PRIVATE
-    }
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in SDK_PRIVATE:
+            found.add(node.attr)
+        name = _private_name_read(node)
+        if name is not None:
+            found.add(name)
+    return found
 
 
 def test_no_module_reads_the_sdk_private_parts_but_the_named_one() -> None:
@@ -324,3 +350,25 @@ def test_no_module_reads_the_sdk_private_parts_but_the_named_one() -> None:
 
 def test_the_private_read_checker_sees_one() -> None:
     assert sdk_private_reads("def f(mcp):\n    return mcp._tool_manager.list_tools()\n") == {"_tool_manager"}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'def f(session):\n    return getattr(session, "_connection", session)\n',
+        'def f(ctx):\n    return hasattr(ctx.session, "_connection")\n',
+        'def f(mcp, m):\n    setattr(mcp, "_tool_manager", m)\n',
+    ],
+)
+def test_the_private_read_checker_sees_one_read_by_its_name(source: str) -> None:
+    assert sdk_private_reads(source) in ({"_connection"}, {"_tool_manager"})
+
+
+def test_the_private_read_checker_leaves_our_own_and_public_names() -> None:
+    source = (
+        "class A:\n"
+        "    def f(self, session, cls_):\n"
+        '        return getattr(self, "_skipped", False), getattr(session, "client_params", None), '
+        'getattr(cls_, "__name__"), getattr(session, name)\n'
+    )
+    assert sdk_private_reads(source) == set()

@@ -110,9 +110,21 @@ def test_build_run_config_merges_layers(service):
     assert run.openai[0]["server_type"] == "sglang"
     assert run.trainer.num_steps == 3 and run.trainer.group_size == 4
     assert run.trainer.wandb.group == "abc123"
+    assert run.trainer.held_out_limit is None  # every held-out item unless asked
     bound = run.with_ports(api=4100, inference=4101)
     assert bound.env["rollout_server_url"] == "http://127.0.0.1:4100"
     assert bound.openai[0]["base_url"] == "http://127.0.0.1:4101/v1"
+
+
+def test_held_out_limit_is_a_run_option_that_reaches_the_trainer(service):
+    options = {o.name: o for o in service.current().run_options}
+    assert options["held_out_limit"].current_value is None and "held-out" in options["held_out_limit"].description
+    assert service.edit("held_out_limit", 20).value == 20
+    for bad in (0, -3, 2.5, "many"):
+        with pytest.raises(UserError, match="held_out_limit"):
+            service.edit("held_out_limit", bad)
+    session, spec = service.selected()
+    assert config.build_run_config(service.settings, session, spec, "abc123").trainer.held_out_limit == 20
 
 
 def test_no_secret_in_run_config(home: Path, tmp_path: Path, introspected: Path):
@@ -234,6 +246,7 @@ def store(settings: Settings) -> config.SessionStore:
         ("total_steps", "true"),
         ("batch_size", False),
         ("group_size", True),
+        ("held_out_limit", True),
     ],
 )
 def test_non_finite_numbers_and_booleans_are_refused_and_change_nothing(settings, store, field, value):

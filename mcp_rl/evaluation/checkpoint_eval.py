@@ -193,6 +193,7 @@ def plan(
         step=ref.step,
         environment=config.environment,
         env_config=dict(config.env),
+        held_out_limit=config.trainer.held_out_limit,
         models=models,
         openrouter_base_url=settings.openrouter_base_url,
         own_evaluate=own_evaluate,
@@ -234,6 +235,9 @@ def plan_priced(
     stats = None
     if not all(p.free for p in pricing):
         stats = measure(settings, spec.environment, spec.env_config)
+        if spec.held_out_limit is not None and stats.items > spec.held_out_limit:
+            described = f"the first {spec.held_out_limit} of {stats.description}"
+            stats = stats.model_copy(update={"items": spec.held_out_limit, "description": described})
     estimate, pricing = estimate_evaluation(
         stats or ItemStats(items=0, max_tokens=0, prompt_chars=0, messages=0), pricing
     )

@@ -54,6 +54,8 @@ class EvalSpec(BaseModel):
     step: int
     environment: EnvironmentRef
     env_config: dict[str, object]
+    # The run's held_out_limit: its first N held-out items, as its trainer evaluated (None: all).
+    held_out_limit: int | None = None
     models: list[EvalModel]
     samples_per_comparison: int = 3
     openrouter_base_url: str

@@ -59,6 +59,15 @@ class HeldOutSet(BaseModel):
     def grade(self, item: HeldOutItem, completion: str) -> float:
         return float(self.grader(completion, item.answer))
 
+    def limited(self, limit: int | None) -> HeldOutSet:
+        """The first `limit` items (a run's `held_out_limit`; all of them when None or more): the
+        same items at every evaluation of the run and in its checkpoint evaluations."""
+        if limit is None or limit >= len(self.items):
+            return self
+        return self.model_copy(
+            update={"items": self.items[:limit], "description": f"the first {limit} of {self.description}"}
+        )
+
 
 def held_out_set(environment: str | EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
     """The held-out items of `environment` (a bundled name, or the run's environment reference,

@@ -81,7 +81,8 @@ class HeldOutEvaluator:
     def held_out(self) -> HeldOutSet | None:
         if self._set is None and self._unavailable is None:
             try:
-                self._set = held_out_set(self.config.environment, self.config.env)
+                limit = self.config.trainer.held_out_limit
+                self._set = held_out_set(self.config.environment, self.config.env).limited(limit)
             except NoHeldOutItems as exc:
                 self._unavailable = str(exc)
                 ref = self.config.environment

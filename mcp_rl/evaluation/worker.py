@@ -124,7 +124,7 @@ class EvalWorker:
         try:
             if self.spec.own_evaluate:
                 return self._run_own_evaluate()
-            items = held_out_set(self.spec.environment, self.spec.env_config)
+            items = held_out_set(self.spec.environment, self.spec.env_config).limited(self.spec.held_out_limit)
             n = len(items.items)
             models = [m.model_copy(update={"total": n}) for m in self.result.models]
             self.result = self.result.model_copy(update={"items": n, "held_out": items.description, "models": models})

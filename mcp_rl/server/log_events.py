@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import EmptyResult, LoggingLevel, SetLevelRequestParams
 
 from mcp_rl.inference_test.models import SPEC_FILE, SUMMARY_FILE, InferenceTestResult
-from mcp_rl.server.rl_server import RlServer
+from mcp_rl.server.rl_server import RlServer, client_of
 from mcp_rl.server.state import AppState
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.registry import Registry
@@ -141,16 +141,16 @@ class LogSessions:
         self._sessions: list[tuple[Any, Any, LoggingLevel]] = []
 
     def set(self, session: Any, level: LoggingLevel) -> None:
-        connection = getattr(session, "_connection", session)
-        self._sessions = [(c, s, lv) for c, s, lv in self._sessions if c is not connection]
-        self._sessions.append((connection, session, level))
+        client = client_of(session)
+        self._sessions = [(c, s, lv) for c, s, lv in self._sessions if c is not client]
+        self._sessions.append((client, session, level))
 
     def __bool__(self) -> bool:
         return bool(self._sessions)
 
     async def send(self, event: Event) -> None:
         rank = LEVELS.index(event.level)
-        for connection, session, level in list(self._sessions):
+        for client, session, level in list(self._sessions):
             if rank < LEVELS.index(level):
                 continue
             try:
@@ -160,7 +160,7 @@ class LogSessions:
                     await session.send_log_message(event.level, {"message": event.text, **event.data}, LOGGER_NAME)
             except Exception as exc:  # a closed session: forget it, keep telling the others
                 log.debug("dropping a log session: %r", exc)
-                self._sessions = [e for e in self._sessions if e[0] is not connection]
+                self._sessions = [e for e in self._sessions if e[0] is not client]
 
 
 def register(mcp: RlServer, state: AppState) -> None:

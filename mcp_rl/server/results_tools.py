@@ -40,7 +40,7 @@ from mcp_rl.metrics.rollouts import MAX_PAGE, RolloutPage, rollout_page
 from mcp_rl.rundir import is_run_id
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
-from mcp_rl.server.rl_server import RlServer
+from mcp_rl.server.rl_server import RlServer, client_of
 from mcp_rl.server.state import AppState
 from mcp_rl.supervisor.registry import Registry
 
@@ -97,14 +97,8 @@ class PlotCache:
         return data
 
 
-def _connection_of(session: Any) -> Any:
-    # The session object is made per request; the connection under it is the client's. The SDK
-    # has no public name for it, so fall back to the session itself if it ever moves.
-    return getattr(session, "_connection", session)
-
-
 class LegacySubscriptions:
-    """Who subscribed to what with `resources/subscribe` (2025-11-25 clients), per connection.
+    """Who subscribed to what with `resources/subscribe` (2025-11-25 clients), once per client.
 
     Held strongly (a per-request session would not outlive its request otherwise); a client that
     has gone away fails its next notification and is forgotten then.
@@ -114,14 +108,14 @@ class LegacySubscriptions:
         self._by_uri: dict[str, list[tuple[Any, Any]]] = {}
 
     def add(self, uri: str, session: Any) -> None:
-        connection = _connection_of(session)
+        client = client_of(session)
         entries = self._by_uri.setdefault(uri, [])
-        if not any(c is connection for c, _ in entries):
-            entries.append((connection, session))
+        if not any(c is client for c, _ in entries):
+            entries.append((client, session))
 
     def remove(self, uri: str, session: Any) -> None:
-        connection = _connection_of(session)
-        self._by_uri[uri] = [(c, s) for c, s in self._by_uri.get(uri, []) if c is not connection]
+        client = client_of(session)
+        self._by_uri[uri] = [(c, s) for c, s in self._by_uri.get(uri, []) if c is not client]
 
     def __bool__(self) -> bool:
         return any(self._by_uri.values())

@@ -274,3 +274,12 @@ def published_tool(tool: MCPTool) -> MCPTool:
             "output_schema": standard_formats(output_schema_with_answer(output)) if output is not None else None,
         }
     )
+
+
+def client_of(session: Any) -> object:
+    """The client a legacy request (`resources/subscribe`, `logging/setLevel`) came from, to keep
+    one entry per client: the SDK builds a session object per request, but the client's
+    `initialize` params (the session's public `client_params`) are one object per connection, set
+    once by its handshake. A session with none (no handshake) stands for itself."""
+    params = session.client_params
+    return params if params is not None else session

@@ -32,6 +32,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 BASE = "Qwen/Qwen3-4B-Instruct-2507"  # priced by the <= 4B size class of configs/pricing.yaml
 OTHER = "fake/good-model"
 CHECKPOINT = "run:t1@3"
+# The run's held_out_limit: three chunks of items, so a cap can stop an evaluation after its first
+# (201 items would only make every model answer twice as many).
+HELD_OUT = 3 * CHUNK_ITEMS
 
 
 def answering(action: str, asked: list[str]):
@@ -56,7 +59,9 @@ def setup_run(
     for name, value in env.items():  # the detached worker inherits them, as from a server's env
         monkeypatch.setenv(name, value)
     settings = Settings.from_env(make_env(home, **env))
-    config = write_run_file(settings, "t1", base_model=BASE, backend="tinker", tokenizer_path=tokenizer)
+    config = write_run_file(
+        settings, "t1", base_model=BASE, backend="tinker", tokenizer_path=tokenizer, held_out_limit=HELD_OUT
+    )
     return settings, config
 
 
@@ -103,7 +108,7 @@ async def test_refused_with_the_estimate_or_asked_and_declined_nothing_sampled(
             assert "Estimated cost: $" in text and "Nothing was changed" in text
             estimate = refused["estimated_cost"]
             assert estimate["label"] == "estimated" and not estimate["free"]
-            assert estimate["drivers"]["items"] >= 200 and estimate["drivers"]["max_tokens"] == 8
+            assert estimate["drivers"]["items"] == HELD_OUT and estimate["drivers"]["max_tokens"] == 8
             assert estimate["drivers"]["models"] == [CHECKPOINT, f"base:{BASE}", OTHER]
             per_model = {m["model"]: m for m in estimate["per_model"]}
             for model in per_model.values():
@@ -168,7 +173,7 @@ async def test_cost_after_is_what_the_services_received_and_a_cap_stops_it(
             # OpenRouter: its reported usage.cost (twice the list price here), beside the estimate.
             other = by_model[OTHER]
             requests = openrouter.completions_for(OTHER)
-            assert len(requests) == done["items"]
+            assert len(requests) == done["items"] == HELD_OUT
             assert all(r.body.get("usage") == {"include": True} for r in requests)
             assert other["estimated_usd"] == pytest.approx(
                 (other["prompt_tokens"] + other["completion_tokens"]) * PRICE_PER_TOKEN_USD

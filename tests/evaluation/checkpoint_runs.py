@@ -24,6 +24,7 @@ def write_run_file(
     steps: int = 4,
     tokenizer_path: str | None = None,
     tinker_base_url: str | None = None,
+    held_out_limit: int | None = None,
 ) -> RunConfig:
     return run_config(
         settings.runs_dir / run_id,
@@ -35,6 +36,7 @@ def write_run_file(
         base_model=base_model,
         tokenizer_path=tokenizer_path,
         tinker_base_url=tinker_base_url,
+        held_out_limit=held_out_limit,
         num_steps=steps,
         batch_size=8,
         group_size=4,
@@ -71,11 +73,17 @@ def make_adapter(model_dir: Path, target: Path, seed: int = 0, scale: float = 0.
 
 
 def write_local_checkpoint_run(
-    settings: Settings, run_id: str, model_dir: Path, steps: tuple[int, ...] = (2,)
+    settings: Settings,
+    run_id: str,
+    model_dir: Path,
+    steps: tuple[int, ...] = (2,),
+    held_out_limit: int | None = None,
 ) -> tuple[RunConfig, Any]:
     """A local run with an adapter saved at each of `steps` (the last marked final); returns the
     run file and the PEFT model of the last step."""
-    config = write_run_file(settings, run_id, base_model=str(model_dir), steps=max(steps))
+    config = write_run_file(
+        settings, run_id, base_model=str(model_dir), steps=max(steps), held_out_limit=held_out_limit
+    )
     model = None
     for i, step in enumerate(steps):
         folder = config.paths.checkpoints_dir / f"step_{step:06d}"

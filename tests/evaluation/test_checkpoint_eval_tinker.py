@@ -15,6 +15,7 @@ from mcp_rl.settings import Settings
 from tests.conftest import make_env
 from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
 from tests.fakes.tinker_server import API_KEY
+from tests.kit.runs import TEST_HELD_OUT_LIMIT
 from tests.kit.tinker_wire import serve
 
 BASE = "Qwen/Qwen3-4B-Instruct-2507"
@@ -34,7 +35,15 @@ def test_tinker_checkpoint_against_its_base(home: Path, tiny_tokenizer: str, mon
         monkeypatch.setenv("TINKER_API_KEY", API_KEY)
         monkeypatch.setenv("TINKER_BASE_URL", server.base_url)
         settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY, TINKER_BASE_URL=server.base_url))
-        config = write_run_file(settings, "t1", base_model=BASE, backend="tinker", tokenizer_path=tiny_tokenizer)
+        # The run evaluated its first TEST_HELD_OUT_LIMIT held-out items: so does its checkpoint's evaluation.
+        config = write_run_file(
+            settings,
+            "t1",
+            base_model=BASE,
+            backend="tinker",
+            tokenizer_path=tiny_tokenizer,
+            held_out_limit=TEST_HELD_OUT_LIMIT,
+        )
         record_checkpoint(config, 3, "state", "tinker://x/weights/step_000003")
         record_checkpoint(config, 3, "sampler", path, final=True)
         sessions_before = len(server.wire.sampling_sessions)
@@ -56,7 +65,8 @@ def test_tinker_checkpoint_against_its_base(home: Path, tiny_tokenizer: str, mon
     # At the wire: one sampling session of the checkpoint's sampler path, one of the base model.
     assert {"model_path": path, "base_model": None} in sessions
     assert {"model_path": None, "base_model": BASE} in sessions
-    assert samples >= 2 * result.items >= 400
+    assert result.items == TEST_HELD_OUT_LIMIT and samples >= 2 * result.items
+    assert result.estimated_cost is not None and result.estimated_cost["drivers"]["items"] == TEST_HELD_OUT_LIMIT
     assert result.checkpoint.backend == "tinker"
     assert result.checkpoint.weights == path and result.checkpoint.tinker_openai_model == path
     assert result.checkpoint.tinker_openai_base_url == TINKER_OPENAI_BASE_URL

@@ -126,3 +126,25 @@ def test_no_items_no_evaluation(tmp_path: Path) -> None:
     evaluator = HeldOutEvaluator(_config(tmp_path, environment="my_env"))
     assert evaluator.evaluate(Calculator("all"), 0) == {}
     assert held_out_summary(tmp_path / "run") is None
+
+
+def test_a_held_out_limit_evaluates_the_same_first_items_every_time(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"held_out_limit": 20})})
+    full = [i.id for i in held_out_set("arithmetic", {"max_operand": 20}).items]
+    evaluator = HeldOutEvaluator(config)
+    base = evaluator.evaluate(Calculator("half"), 0)
+    trained = evaluator.evaluate(Calculator("all"), 10)
+    assert base["eval/n"] == trained["eval/n"] == 20 and trained["eval/score"] == 1.0
+    for step in (0, 10):
+        assert [o.item for o in read_outcomes(eval_outcomes_file(config.paths.run_dir, step))] == full[:20]
+    summary = held_out_summary(config.paths.run_dir)
+    assert summary is not None and summary.n == 20
+
+
+def test_a_held_out_limit_above_the_set_takes_all_of_it() -> None:
+    items = held_out_set("arithmetic", {"max_operand": 20})
+    assert items.limited(None) is items and items.limited(len(items.items) + 5) is items
+    first = items.limited(3)
+    assert [i.id for i in first.items] == [i.id for i in items.items[:3]]
+    assert first.description.startswith("the first 3 of ") and len(items.items) > 3

@@ -18,6 +18,10 @@ ARITHMETIC = bundled_environments_dir() / "arithmetic.py"
 ARITHMETIC_ENV = EnvironmentRef(
     name="arithmetic", class_name="ArithmeticEnv", file_path=ARITHMETIC, project_root=ARITHMETIC.parent
 )
+# Held-out items a test run evaluates (the run option held_out_limit; users' default: all, 201 for
+# arithmetic): enough to show the wiring (per-item outcomes, the paired figures, the same items at
+# both ends), a tenth of the cost. Learning claims, which need every item, live in bench/.
+TEST_HELD_OUT_LIMIT = 20
 # An environment no test starts: the run folder is only read.
 TOY_ENV = EnvironmentRef(
     name="toy", class_name="ToyEnv", file_path=Path("/nowhere/toy.py"), project_root=Path("/nowhere")

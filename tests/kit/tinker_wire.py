@@ -20,7 +20,7 @@ from mcp_rl.trainer.backends.base import TrainingExample
 from mcp_rl.trainer.backends.tinker import TinkerBackend
 from mcp_rl.trainer.loop import Trainer
 from tests.fakes.tinker_server import API_KEY, Latency, TinkerServer, TinkerWire
-from tests.kit.runs import arithmetic_run_config
+from tests.kit.runs import TEST_HELD_OUT_LIMIT, arithmetic_run_config
 from tests.kit.wait import wait_for, wait_for_async
 from tests.trainer.run_harness import child_env, http_ok, start, venv_bin
 
@@ -67,6 +67,7 @@ def scored_group(scores: list[float]) -> dict[str, Any]:
 
 def tinker_run_config(tmp_path: Path, tokenizer: str, **kwargs: Any) -> RunConfig:
     """An arithmetic run on the Tinker backend in `tmp_path`/run (kwargs: `arithmetic_run_config`'s)."""
+    kwargs.setdefault("held_out_limit", TEST_HELD_OUT_LIMIT)
     return arithmetic_run_config(tmp_path / "run", Path(tokenizer), backend="tinker", base_model=MODEL, **kwargs)
 
 

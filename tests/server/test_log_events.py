@@ -78,6 +78,35 @@ async def test_a_client_that_sets_a_level_receives_run_events_at_or_above_it(hom
     assert capped.level == "warning" and capped.data["event"] == "run_cost_cap_reached"
 
 
+async def test_a_client_that_sets_its_level_again_has_one_level_and_hears_each_event_once(home: Path) -> None:
+    """Each logging/setLevel is its own request (the SDK makes a session object per request): the
+    second replaces the first for that client, it does not add a second listener."""
+    settings = Settings.from_env(
+        make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"), MCP_RL_WATCH_INTERVAL="0.2")
+    )
+    for run_id in ("done1234", "fail1234"):
+        _running(settings, run_id)
+    received: list[LoggingMessageNotificationParams] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        received.append(params)
+
+    async with Client(build_server(settings), logging_callback=on_log, mode="legacy") as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, current in 2025-11-25
+            await client.set_logging_level("notice")
+            await client.set_logging_level("error")
+        registry = service.registry_for(settings)
+        registry.transition("done1234", RunState.COMPLETED, "trainer finished step 3 of 3")  # notice: below
+        registry.transition("fail1234", RunState.FAILED, "trainer exited with exit code 1")
+        await _until(received, 1)
+        # The server has seen both ends once rl_list_runs says so and a few watch intervals passed.
+        listed = (await client.call_tool("rl_list_runs", {})).structured_content
+        assert {r["status"] for r in listed["runs"]} == {"completed", "failed"}
+        await anyio.sleep(1.0)
+    assert [(m.level, m.data["run_id"]) for m in received] == [("error", "fail1234")]
+
+
 async def test_a_client_that_sets_no_level_is_sent_nothing(home: Path) -> None:
     settings = Settings.from_env(
         make_env(home, MCP_RL_ENV_PATHS=str(FIXTURES / "envs" / "good"), MCP_RL_WATCH_INTERVAL="0.2")

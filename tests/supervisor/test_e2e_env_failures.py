@@ -23,14 +23,21 @@ ENV_PATHS = str(FIXTURES / "envs" / "failing")
 CHECKOUT = {"MCP_RL_ENV_PATHS": ENV_PATHS, "PYTHONPATH": str(REPO)}
 FAIL_AFTER_FIRST_FAILURE_S = 60.0
 # From rl_start_training, start-up included: the bound is 120 s; measured 87 s on 2 quiet
-# cores (the step-0 held-out evaluation by the environment's own evaluate() is 56 s of it), 246 s
-# beside another slow test on the same 2 cores, so the bound here leaves room for that load.
+# cores with the full held-out split (the step-0 evaluation by the environment's own evaluate() was
+# 56 s of it; see EVAL_FRACTION), 246 s beside another slow test on the same 2 cores, so the bound
+# here leaves room for that load.
 FAIL_WITHIN_S = 300.0
+
+
+# These arithmetic subclasses are evaluated by their own evaluate() (mcp-rl knows held-out items of
+# the bundled arithmetic only), which held_out_limit does not reach: a 5 % split (20 problems, not
+# 201) keeps the held-out evaluation at both ends, at a tenth of its cost.
+EVAL_FRACTION = 0.05
 
 
 async def _start(client: Client, name: str) -> str:
     await ok(client, "rl_select_environment", {"name": name})
-    for field, value in SHORT_RUN.items():
+    for field, value in {**SHORT_RUN, "eval_fraction": EVAL_FRACTION}.items():
         await ok(client, "rl_edit_config", {"field": field, "value": value})
     return (await ok(client, "rl_start_training"))["run_id"]
 

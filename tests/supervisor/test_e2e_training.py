@@ -24,6 +24,7 @@ from mcp_rl.ports import port_is_free
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
+from tests.kit.runs import TEST_HELD_OUT_LIMIT
 from tests.mcp_helpers import SHORT_RUN as SHORT
 from tests.mcp_helpers import ok
 from tests.shared_run import CompletedRun
@@ -114,6 +115,9 @@ async def test_a_short_run_reaches_running_then_completes_with_metrics(completed
         assert done["metrics"]["loss"] is not None
         assert done["processes"]["trainer"]["exit_code"] == 0
         assert "finished step 2 of 2" in done["cause"]
+        # held_out_limit, set with rl_edit_config, reached the trainer: both ends on those items.
+        held = done["held_out"]
+        assert held is not None and (held["n"], held["base_step"], held["step"]) == (TEST_HELD_OUT_LIMIT, 0, 2), held
         metrics = await client.read_resource(f"rl://runs/{run_id}/metrics")
         assert '"step": 2' in metrics.contents[0].text
         log = (await client.read_resource(f"rl://runs/{run_id}/logs/trainer?tail=20")).contents[0].text

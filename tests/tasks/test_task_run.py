@@ -1,8 +1,10 @@
 """A user's own task, end to end through a real stdio client, as an agent does it: the scaffold
 writes a task file, the test edits it into a task that is not arithmetic (the larger of two
-numbers), then it is validated, smoke-tested, trained at the shipped defaults, and its held-out
-items give base -> trained with the paired test in rl_check_status, rl_get_results and
-rl_evaluate_checkpoint (the same items, the same figures as the bundled arithmetic)."""
+numbers), then it is validated, smoke-tested, trained (3 steps, otherwise the shipped defaults),
+and its held-out items give base -> trained with the paired test in rl_check_status,
+rl_get_results and rl_evaluate_checkpoint (the same items, the same figures as the bundled
+arithmetic). The wiring only: whether 30 steps at the defaults beat the base is
+bench/bench_own_task.py's claim (measured there, on all 200 held-out items)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,16 @@ from tests.conftest import make_env, stdio_params
 from tests.inference_test.helpers import read_until_done
 from tests.mcp_helpers import ok
 
-# The run at the shipped defaults takes ~9 min on 2 quiet cores (16-token answers): more beside
-# the other slow tests.
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tasks" / "larger_number.py"
-RUN_DEADLINE_S = 2000.0
+RUN_DEADLINE_S = 600.0
+# The run: the shipped defaults (batch 32, group 4, 16-token answers) but 3 steps, evaluated on
+# the first HELD_OUT of the task's 200 held-out items. Enough items that the checkpoint
+# evaluation's figures can be held to the trainer's within a couple of items.
+STEPS = 3
+HELD_OUT = 50
 
 
 def edit_into_larger_number(text: str) -> str:
@@ -84,6 +89,8 @@ async def test_scaffold_edit_validate_smoke_test_train_and_prove(
             )
 
             await ok(client, "rl_select_environment", {"name": "larger_number"})
+            await ok(client, "rl_edit_config", {"field": "total_steps", "value": STEPS})
+            await ok(client, "rl_edit_config", {"field": "held_out_limit", "value": HELD_OUT})
             smoke = await ok(client, "rl_test_inference", {"num_steps": 1, "group_size": 4})
             if smoke["state"] == "running":
                 smoke = await read_until_done(client, smoke["resource"])
@@ -93,7 +100,7 @@ async def test_scaffold_edit_validate_smoke_test_train_and_prove(
             started = await ok(client, "rl_start_training")
             run_id = started["run_id"]
             assert started["notes"] == [], started["notes"]  # validated as it is
-            assert started["num_steps"] == 30 and started["trainer"]["batch_size"] == 32  # the shipped defaults
+            assert started["num_steps"] == STEPS and started["trainer"]["batch_size"] == 32  # the shipped default
             status = await _until(
                 client,
                 "rl_check_status",
@@ -103,27 +110,28 @@ async def test_scaffold_edit_validate_smoke_test_train_and_prove(
             )
             assert status["status"] == "completed", status
             held = status["held_out"]
-            assert held["n"] == 200 and held["base_step"] == 0 and held["step"] == 30, held
+            assert held["n"] == HELD_OUT and held["base_step"] == 0 and held["step"] == STEPS, held
             assert "McNemar" in held["test"] and held["p_value"] is not None
             assert held["ci_low"] <= held["difference"] <= held["ci_high"]
             assert held["wins"] is not None and held["losses"] is not None
             results = await ok(client, "rl_get_results", {"run_id": run_id})
-            assert results["held_out"]["n"] == 200
+            assert results["held_out"]["n"] == HELD_OUT
             assert results["held_out"]["p_value"] == pytest.approx(held["p_value"])
-            print(f"larger_number at the defaults: {held['sentence']}")
+            print(f"larger_number, {STEPS} steps: {held['sentence']}")
 
             evaluation = await ok(client, "rl_evaluate_checkpoint", {"run_id": run_id})
             end = time.monotonic() + 600
             while evaluation["state"] == "running" and time.monotonic() < end:
                 evaluation = await ok(client, "rl_get_evaluation", {"eval_id": evaluation["eval_id"], "wait_s": 30})
             assert evaluation["state"] == "completed", evaluation["message"]
-            assert evaluation["items"] == 200
+            assert evaluation["items"] == HELD_OUT
             (comparison,) = evaluation["comparisons"]
             stats = comparison["stats"]
-            # The same items, greedy, the same weights: the trainer's figures again.
-            assert stats["n"] == 200 and stats["p_value"] is not None
-            assert stats["trained_score"] == pytest.approx(held["trained_score"], abs=0.03)
-            assert stats["base_score"] == pytest.approx(held["base_score"], abs=0.03)
+            # The same items, greedy, the same weights: the trainer's figures again (within two
+            # items: the trainer folds the adapter in, the evaluation merges it).
+            assert stats["n"] == HELD_OUT and stats["p_value"] is not None
+            assert stats["trained_score"] == pytest.approx(held["trained_score"], abs=2 / HELD_OUT)
+            assert stats["base_score"] == pytest.approx(held["base_score"], abs=2 / HELD_OUT)
     finally:
         record = service.registry_for(settings).get_run(run_id) if run_id else None
         if record is not None and record.active:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.runs import arithmetic_run_config
+from tests.kit.runs import TEST_HELD_OUT_LIMIT, arithmetic_run_config
 from tests.kit.wait import wait_for
 from tests.trainer.run_harness import LocalRun, free_port
 
@@ -38,7 +38,13 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
     # 4 groups a step: most arithmetic items are always or never right for the base model, so
     # 2 groups a step left all 6 without signal in about one run in six (CI saw one).
     config = arithmetic_run_config(
-        tmp_path / "run", model_dir(), num_steps=3, batch_size=16, group_size=4, save_checkpoint_interval=2
+        tmp_path / "run",
+        model_dir(),
+        num_steps=3,
+        batch_size=16,
+        group_size=4,
+        save_checkpoint_interval=2,
+        held_out_limit=TEST_HELD_OUT_LIMIT,
     )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
@@ -50,7 +56,7 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
     # the trained model's, compared with the base on the same items.
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     base, metrics = metrics[0], metrics[1:]
-    assert base["eval/n"] >= 200 and 0.0 <= base["eval/score"] <= 1.0 and "reward/mean" not in base
+    assert base["eval/n"] == TEST_HELD_OUT_LIMIT and 0.0 <= base["eval/score"] <= 1.0 and "reward/mean" not in base
     assert metrics[-1]["eval/n"] == base["eval/n"] and metrics[-1]["eval/base_score"] == base["eval/score"]
     assert metrics[-1]["eval/ci_low"] <= metrics[-1]["eval/difference"] <= metrics[-1]["eval/ci_high"]
     assert sorted(p.name for p in (config.paths.run_dir / "eval").iterdir()) == [
@@ -84,7 +90,13 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
 
 def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path) -> None:
     config = arithmetic_run_config(
-        tmp_path / "run", model_dir(), num_steps=50, batch_size=8, group_size=4, api_unreachable_timeout_s=5
+        tmp_path / "run",
+        model_dir(),
+        num_steps=50,
+        batch_size=8,
+        group_size=4,
+        api_unreachable_timeout_s=5,
+        held_out_limit=TEST_HELD_OUT_LIMIT,
     )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
@@ -109,7 +121,9 @@ def test_api_dying_mid_run_fails_the_trainer_with_a_clear_message(tmp_path: Path
 
 
 def test_a_stopped_run_resumes_at_the_next_step(tmp_path: Path) -> None:
-    config = arithmetic_run_config(tmp_path / "run", model_dir(), num_steps=4, batch_size=8, group_size=4)
+    config = arithmetic_run_config(
+        tmp_path / "run", model_dir(), num_steps=4, batch_size=8, group_size=4, held_out_limit=TEST_HELD_OUT_LIMIT
+    )
     with LocalRun(config, tmp_path / "home") as run:
         run.start_all()
         wait_for(
