@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
-from mcp_rl.config import CurrentConfig, EditResult, Session
+from mcp_rl.config import CurrentConfig, EditResult, config_revision
 from mcp_rl.costs.training import cost_preview
 from mcp_rl.environments.discovery import DuplicateName, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
@@ -146,16 +145,6 @@ class EditAnswer(EditResult):
     applied: bool = Field(True, description="False: the edit was refused (see `refused`); nothing changed.")
     refused: str | None = Field(None, description="Why the edit was refused, with the valid names or range.")
     kind: Literal["environment", "run_option"] | None = None  # type: ignore[assignment]
-
-
-def config_revision(session: Session) -> str:
-    """A short digest of what a run would be built from: the environment, its edits, the run options."""
-    content = {
-        "environment": session.environment.model_dump(mode="json") if session.environment else None,
-        "edits": session.edits,
-        "run_options": session.run_options,
-    }
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 async def selected_spec_ready(
@@ -476,8 +465,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 refused=reason,
                 revision=config_revision(session),
             )
-        session = await anyio.to_thread.run_sync(service.store.read)
-        return EditAnswer(**result.model_dump(), revision=config_revision(session))
+        # The revision of the config this edit wrote (taken under the lock), not a later read's.
+        return EditAnswer(**result.model_dump(exclude={"revision"}), revision=result.revision or "")
 
     @mcp.resource(
         "rl://environments",
