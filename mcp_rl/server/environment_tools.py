@@ -295,8 +295,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         folder: Annotated[
             str | None,
             Field(
-                description="Absolute folder to write it into (default: the first MCP_RL_ENV_PATHS folder, else "
-                "$MCP_RL_HOME/envs, which is always searched)."
+                description="Absolute folder to write it into, inside an MCP_RL_ENV_PATHS folder or $MCP_RL_HOME/envs "
+                "(default: the first MCP_RL_ENV_PATHS folder, else $MCP_RL_HOME/envs, which is always searched)."
             ),
         ] = None,
     ) -> NewEnvironment:
@@ -305,7 +305,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         Use this when the user's task is not among rl_list_environments' entries. The file uses
         mcp-rl's task interface (mcp_rl.task): seeded training and held-out items, the chat for an
         item, score(completion, item) in a declared range. It trains as written (a small adding
-        task); edit item(), messages() and score() into the user's task. mcp-rl does the rest:
+        task); edit train_items() and held_out_items() (each item built by make()), messages() and
+        score() into the user's task. The name must be free: one an environment already has, or a
+        module it would shadow (standard library, mcp_rl, an installed package), is refused with a
+        free name suggested. mcp-rl does the rest:
         sampling, masks, groups, resume, and the held-out evaluation at step 0 and at the end
         (base -> trained with a paired test). Never overwrites: an existing file is refused.
         Answers with the path, what to edit, and the next calls (validate, select, smoke-test, train).
