@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.environments.discovery import scan
 from mcp_rl.errors import UserError, clip
+from mcp_rl.paths import normal_path
 from mcp_rl.settings import Settings
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -107,7 +108,7 @@ def _folder(settings: Settings, folder: str | Path | None) -> Path:
             f"folder is {len(text):,} characters long (at most {MAX_FOLDER_CHARS}): give a shorter absolute path, "
             "or leave it out. Nothing was written."
         )
-    target = Path(text).expanduser()
+    target = normal_path(text)
     if not target.is_absolute():
         raise UserError(f"folder {clip(text)} is relative: give an absolute path. Nothing was written.")
     roots = [*settings.env_paths, settings.user_envs_dir]
