@@ -49,7 +49,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         # The surface is registered while the server already answers (server/rl_server.py);
         # the fast start ends when it is in.
+        from mcp_rl.server.stdin_guard import guard_stdin
+
         server = build_server(after_registration=fast_start.done)
+        guard_stdin()  # a line the SDK cannot parse still gets an answer
         try:
             server.run()
         except BaseException as exc:
