@@ -15,15 +15,16 @@ from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from mcp_rl.config import CurrentConfig, EditResult, config_revision
 from mcp_rl.costs.training import cost_preview
-from mcp_rl.environments.discovery import DuplicateName, ParseProblem
+from mcp_rl.environments.discovery import DuplicateName, EnvironmentInfo, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.scaffold import NewEnvironment, new_task_file
 from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.environments.validate import ValidationReport, validate
-from mcp_rl.errors import DamagedState, UserError, clip_message
+from mcp_rl.errors import DamagedState, McpRlError, UserError, clip_message
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
+from mcp_rl.settings import Settings
 
 # Every JSON type a config field or run option can take, so the schema gives `value` a type (strict
 # function calling refuses an untyped property; Gemini declarations want one). A mapping or a nested
@@ -163,6 +164,21 @@ async def selected_spec_ready(
             f"{job.running_for():.0f} s so far) and it goes on in the background. Nothing was done: call {tool} "
             "again in a moment."
         )
+
+
+def _validated(settings: Settings, env: EnvironmentInfo, sample: bool) -> ValidationReport:
+    """validate(), with a reason when the child's report cannot be read (never a bare error)."""
+    try:
+        return validate(settings, env, sample=sample)
+    except McpRlError:
+        raise
+    except (ValueError, TypeError) as exc:  # json or pydantic: what the child printed last is not a report
+        raise UserError(
+            f"Validating {env.name} ended without a readable report: the last line its child process printed is "
+            f"not the report ({type(exc).__name__}: {clip_message(str(exc), 200)}). The task may print to standard "
+            "output (print() at import, in a method or at exit): print to stderr or log instead, then call "
+            f"rl_validate_environment({env.name!r}) again."
+        ) from None
 
 
 def _gem_summary(gem: GemCatalog) -> GemSummary:
@@ -343,7 +359,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             jobs,
             f"validate:{env.file_path}:{env.class_name}:{sample_base_model}",
             f"validating {name}",
-            lambda: validate(state.settings, env, sample=sample_base_model),
+            lambda: _validated(state.settings, env, sample_base_model),
             budget,
             progress,
         )
