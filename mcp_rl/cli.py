@@ -65,7 +65,11 @@ def _serve(args: argparse.Namespace) -> int:
 
         # The surface is registered while the server already answers (server/rl_server.py);
         # the fast start ends when it is in.
+        from mcp_rl.server.stdin_guard import guard_stdin
+
         server = build_server(after_registration=registered)
+        # Behind the first answer's relay: a line the SDK cannot parse still gets an answer.
+        guard_stdin()
         try:
             server.run()
         except BaseException as exc:

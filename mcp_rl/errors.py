@@ -21,6 +21,9 @@ from typing import Any
 ECHO_LIMIT = 120
 # No message is longer than this, whatever went into it (a safety net for the adapters).
 MESSAGE_LIMIT = 4000
+# An id (run, test, evaluation, export, ...) echoed back is cut to this many characters: real ids
+# are under 64; a 1 MB one must not come back whole.
+ID_ECHO_LIMIT = 100
 
 
 class McpRlError(Exception):
@@ -56,6 +59,9 @@ class UnknownId(Exploring, NotFound):
     """No run, test, evaluation or export has this id (`kind`: run_id, test_id, eval_id, export_id)."""
 
     def __init__(self, message: str, kind: str, value: str) -> None:
+        if isinstance(value, str) and len(value) > ID_ECHO_LIMIT:
+            # Whoever wrote the message, the id in it is clipped (every tool echoing an id).
+            message = message.replace(repr(value), repr(clip_id(value))).replace(value, clip_id(value))
         super().__init__(message, value[:64] if isinstance(value, str) else None)
         self.kind = kind
 
@@ -76,6 +82,12 @@ def clip(value: Any, limit: int = ECHO_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def clip_id(value: object, limit: int = ID_ECHO_LIMIT) -> str:
+    """An id as text for a message, cut to `limit` characters with an ellipsis."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 def clip_message(message: str, limit: int = MESSAGE_LIMIT) -> str:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from mcp_rl.errors import DamagedState, NotFound, UnknownId, UserError
+from mcp_rl.errors import DamagedState, NotFound, UnknownId, UserError, clip_id
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import CHECKPOINTS_FILE, RUN_FILE, CheckpointRecord, is_run_id, read_index
 from mcp_rl.settings import Settings
@@ -76,7 +76,7 @@ def load_run(settings: Settings, run_id: str) -> RunConfig:
     """
     if not is_run_id(run_id):
         raise UnknownId(
-            f"Unknown run {run_id!r}: run ids are letters, digits, '-' and '_'. rl_list_runs lists them.",
+            f"Unknown run {clip_id(run_id)!r}: run ids are letters, digits, '-' and '_'. rl_list_runs lists them.",
             "run_id",
             run_id,
         )

@@ -8,7 +8,6 @@ keys reach the processes through their environment.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,12 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.errors import DamagedState, clip_message
 from mcp_rl.rundir import RunPaths as RunPaths
+from mcp_rl.urls import is_hosted_tinker
 
 Backend = Literal["local", "tinker"]
-
-
-# Hosted Tinker's own hosts: a run pointed at one of them through `tinker_base_url` is still billed.
-HOSTED_TINKER = re.compile(r"^https?://([A-Za-z0-9-]+\.)*thinkingmachines\.(dev|ai)(:\d+)?(/|$)")
 
 
 class EnvironmentRef(BaseModel):
@@ -106,7 +102,8 @@ class TrainerSettings(BaseModel):
         """The Tinker-compatible server of the user's this run trains on (SkyRL's Tinker API, TuFT,
         ...): its `tinker_base_url` when that is not hosted Tinker. No Tinker bill comes for work
         done there (priced at $0), and only the SDK dialect such servers speak reaches it."""
-        if self.backend != "tinker" or not self.tinker_base_url or HOSTED_TINKER.match(self.tinker_base_url):
+        # Decided on the canonical host: TINKER.THINKINGMACHINES.DEV. or :443 is hosted (and billed).
+        if self.backend != "tinker" or not self.tinker_base_url or is_hosted_tinker(self.tinker_base_url):
             return None
         return self.tinker_base_url
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from mcp_rl.errors import UserError
 from mcp_rl.home import cache_dir, home_dir
+from mcp_rl.urls import AllowedHost, parse_allowed_hosts
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -69,6 +70,13 @@ MAX_WATCH_INTERVAL_S = 3600.0
 def _words(value: str | None) -> list[str]:
     """A list written with commas and/or spaces."""
     return (value or "").replace(",", " ").split()
+
+
+def _hosts(env: Mapping[str, str], name: str) -> list[str]:
+    """A list of allowed service hosts, each checked now (a typo is named at start, not ignored)."""
+    words = _words(env.get(name))
+    parse_allowed_hosts(words, name)
+    return words
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -197,6 +205,11 @@ class Settings(BaseModel):
     # Secret variables that held a placeholder (`${TINKER_API_KEY}`, "...") and count as unset.
     placeholder_env_vars: tuple[str, ...] = ()
     http_allowed_hosts: list[str] = []
+    # The user's explicit word on service URLs an agent may put in a config (mcp_rl.urls):
+    # self-hosted Tinker-compatible servers that may receive TINKER_API_KEY (tinker_base_url), and
+    # Ray dashboards in private ranges (ray_address). Entries: host, host:port or http://host:port.
+    tinker_hosts: list[str] = []
+    ray_hosts: list[str] = []
     # Sampling requests a remote backend (Tinker) serves at once (a local model batches instead).
     remote_sampling_concurrency: int = 32
     # The local sampler batches requests that arrive together: after a first request it waits
@@ -278,6 +291,8 @@ class Settings(BaseModel):
             hf_token=_secret(env, "HF_TOKEN"),
             placeholder_env_vars=placeholder_secrets(env),
             http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
+            tinker_hosts=_hosts(env, "MCP_RL_TINKER_HOSTS"),
+            ray_hosts=_hosts(env, "MCP_RL_RAY_HOSTS"),
             remote_sampling_concurrency=_int(env, "MCP_RL_REMOTE_SAMPLING_CONCURRENCY", 32, minimum=1),
             local_batch_window_s=_float(env, "MCP_RL_LOCAL_BATCH_WINDOW", 0.05),
             local_batch_max_sequences=_int(env, "MCP_RL_LOCAL_BATCH_MAX_SEQUENCES", 64, minimum=1),
@@ -361,6 +376,14 @@ class Settings(BaseModel):
     @property
     def default_backend(self) -> str:
         return "tinker" if self.tinker_api_key is not None else "local"
+
+    @property
+    def allowed_tinker_hosts(self) -> list[AllowedHost]:
+        return parse_allowed_hosts(self.tinker_hosts, "MCP_RL_TINKER_HOSTS")
+
+    @property
+    def allowed_ray_hosts(self) -> list[AllowedHost]:
+        return parse_allowed_hosts(self.ray_hosts, "MCP_RL_RAY_HOSTS")
 
     @property
     def user_envs_dir(self) -> Path:

@@ -33,7 +33,7 @@ from mcp_rl.config.options import (
     resolve_run_options,
     run_option_defaults,
 )
-from mcp_rl.config.session import Session, SessionStore, select_environment, unknown_environment
+from mcp_rl.config.session import Session, SessionStore, config_revision, select_environment, unknown_environment
 
 __all__ = [
     "DERIVED",
@@ -51,6 +51,7 @@ __all__ = [
     "build_run_config",
     "clean_edits",
     "clean_run_options",
+    "config_revision",
     "current_config",
     "edit_config",
     "effective_backend",

@@ -10,8 +10,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mcp_rl.config.options import RunOptions, effective_backend
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
 from mcp_rl.errors import UserError, clip, clip_message
@@ -28,6 +26,12 @@ def clean_edits(spec: ConfigSpec, stored: dict[str, Any]) -> tuple[dict[str, Any
         if field_spec is None:
             notes.append(f"Edit of unknown field {clip(name)} in session.json was ignored (value {clip(value)}).")
             continue
+        if json_size(value) > MAX_VALUE_BYTES:
+            notes.append(
+                f"Edit {name} in session.json is over {MAX_VALUE_BYTES:,} bytes and was ignored; "
+                f"{name} is back to {clip(field_spec.initial)}."
+            )
+            continue
         try:
             edits[name] = validate_field(field_spec, value)
         except UserError:
@@ -38,14 +42,45 @@ def clean_edits(spec: ConfigSpec, stored: dict[str, Any]) -> tuple[dict[str, Any
     return edits, notes
 
 
+# Size caps of the config an agent edits (rl_edit_config): one value, as JSON, and the whole
+# session (edits and run options). A config is a few KiB; these leave room for a long prompt or a
+# list of a few thousand items, and refuse what would be echoed back on every config read.
+MAX_VALUE_BYTES = 64 * 1024
+MAX_CONFIG_BYTES = 256 * 1024
+
+
 def coerce(value: Any) -> Any:
-    """Agents often send numbers and booleans as strings; read them as JSON/YAML scalars."""
-    if isinstance(value, str):
+    """Agents often send numbers, booleans, lists and mappings as text: read text as JSON (never
+    YAML: "1:30" is not 90, "0x0A" not 10, "off" not false, "~" not null, "a #b" stays whole).
+    Text that is not JSON, or is JSON null or a JSON string, stays the text it was."""
+    if isinstance(value, str) and len(value) <= MAX_VALUE_BYTES:
         try:
-            return yaml.safe_load(value)
-        except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of more than 4300 digits
             return value
+        return value if parsed is None or isinstance(parsed, str) else parsed
     return value
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as JSON (a value that cannot be written as JSON counts as too big)."""
+    try:
+        return len(json.dumps(value, default=str).encode("utf-8"))
+    except (ValueError, RecursionError):
+        return MAX_CONFIG_BYTES + 1
+
+
+def check_value_size(field: str, value: Any) -> None:
+    """Refuse a value over MAX_VALUE_BYTES (as JSON), saying its size and the cap."""
+    if isinstance(value, str) and len(value) > MAX_VALUE_BYTES:
+        size = len(value)
+    else:
+        size = json_size(value)
+    if size > MAX_VALUE_BYTES:
+        raise UserError(
+            f"The value for {clip(field)} is {size:,} bytes as JSON; a config value is at most {MAX_VALUE_BYTES:,} "
+            "bytes (64 KiB). Give a shorter value (a long list belongs in the task's own files). Nothing was changed."
+        )
 
 
 def validate_field(spec: FieldSpec, value: Any) -> Any:

@@ -6,14 +6,23 @@ and stored only when every check passes.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from mcp_rl.config.checks import check_base_model, check_group_vs_batch, clean_edits, coerce, validate_field
-from mcp_rl.config.options import RUN_OPTION_NAMES, effective_backend, locked_fields, resolve_run_options
-from mcp_rl.config.session import Session, SessionStore
+from mcp_rl.config.checks import (
+    MAX_CONFIG_BYTES,
+    check_base_model,
+    check_group_vs_batch,
+    check_value_size,
+    clean_edits,
+    json_size,
+    validate_field,
+)
+from mcp_rl.config.options import RUN_OPTION_NAMES, RunOptions, effective_backend, locked_fields, resolve_run_options
+from mcp_rl.config.session import Session, SessionStore, config_revision
 from mcp_rl.environments.config_check import check_whole_config
 from mcp_rl.environments.introspect import ConfigSpec
 from mcp_rl.environments.introspect_worker import IntrospectionWorker
@@ -27,6 +36,9 @@ class EditResult(BaseModel):
     value: Any
     previous_value: Any = None
     kind: Literal["environment", "run_option"]
+    # The revision of the config this edit wrote, taken under the session's lock (another edit
+    # landing right after cannot change it).
+    revision: str | None = None
 
 
 # Validates a whole environment config (the environment's own class, in a child process); returns
@@ -54,14 +66,19 @@ def edit_config(
     value: Any,
     whole_config_check: WholeConfigCheck | None = None,
     worker: IntrospectionWorker | None = None,
+    then: Callable[[Session], Session] | None = None,
 ) -> EditResult:
     """Validate one edit and persist it; on any error nothing changes.
 
     Each field is checked against its JSON schema here, then the whole resulting config by the
     config class's own validators (which a schema cannot express), in a child process unless
     introspection found none (a fork of the server's warm introspection `worker` when there is
-    one); `whole_config_check` replaces that child (tests).
+    one); `whole_config_check` replaces that child (tests). `then` changes the edited session
+    further in the same write (under the same lock, so the revision answered is the one written).
+    Text is read as JSON (coerce); a value over MAX_VALUE_BYTES, or a config over
+    MAX_CONFIG_BYTES, is refused.
     """
+    check_value_size(field, value)
 
     result: dict[str, EditResult] = {}
 
@@ -74,11 +91,7 @@ def edit_config(
         edits, _ = clean_edits(spec, session.edits)
         if field in RUN_OPTION_NAMES:
             new_options = dict(session.run_options)
-            new_options[field] = (
-                coerce(value)
-                if not isinstance(value, str) or field not in ("base_model", "wandb_project", "backend", "start_from")
-                else value
-            )
+            new_options[field] = run_option_value(field, value)
             try:
                 resolved, _ = resolve_run_options(settings, new_options, session.environment)
             except ValidationError as exc:
@@ -136,11 +149,53 @@ def edit_config(
         )
         return session.model_copy(update={"edits": edits})
 
-    session = store.update(change)
+    def write(session: Session) -> Session:
+        new = change(session)
+        if then is not None:
+            new = then(new)
+        size = json_size({"edits": new.edits, "run_options": new.run_options})
+        if size > MAX_CONFIG_BYTES:
+            raise UserError(
+                f"With this value the config would be {size:,} bytes as JSON; a config is at most "
+                f"{MAX_CONFIG_BYTES:,} bytes (256 KiB). Shorten this or another long value. Nothing was changed."
+            )
+        result["r"].revision = config_revision(new)
+        return new
+
+    session = store.update(write)
     edit = result["r"]
     if session.notes:
         edit.message += " Repairs of the stored session: " + " ".join(session.notes)
     return edit
+
+
+def _takes_text(annotation: Any) -> bool:
+    """True when a run option's type accepts text (str, or a Literal of strings)."""
+    if annotation is str:
+        return True
+    if get_origin(annotation) is Literal:
+        return any(isinstance(arg, str) for arg in get_args(annotation))
+    return any(_takes_text(arg) for arg in get_args(annotation))
+
+
+def run_option_value(field: str, value: Any) -> Any:
+    """The value an agent sent for a run option, as its type means it: text kept as text for an
+    option that takes text (a Slurm account "12345" stays "12345", an integer given for it is
+    its digits); for any other option, text is read as JSON and must be a number, boolean or
+    null there ("1:30", "0x0A", "off", "~" are refused, never read as YAML would)."""
+    if _takes_text(RunOptions.model_fields[field].annotation):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        raise UserError(
+            f"Invalid value {clip(value)} for run option {field}: text is read as JSON, and this is not a JSON "
+            'number, boolean or null (send 90 or 1.5, not "1:30" or "0x0A"). Nothing was changed.'
+        ) from None
 
 
 def _initial(spec: ConfigSpec, name: str) -> Any:

@@ -9,11 +9,19 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from mcp_rl.errors import clip
+from mcp_rl.errors import UserError, clip
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings, configs_dir
+from mcp_rl.urls import (
+    HOSTED_TINKER_HOST,
+    AllowedHost,
+    ServiceUrl,
+    canonical_url,
+    checked_service_url,
+    is_hosted_tinker,
+)
 
 DERIVED = "derived"
 BackendChoice = Literal["auto", "local", "tinker"]
@@ -102,8 +110,8 @@ class RunOptions(BaseModel):
     )
     ray_address: str | None = Field(
         None,
-        pattern=r"^https?://[A-Za-z0-9_.:\[\]-]{1,253}$",
-        description="ray: the Ray dashboard's address, e.g. http://127.0.0.1:8265 (None: that one).",
+        description="ray: the Ray dashboard's address, e.g. http://127.0.0.1:8265 (None: that one). Plain http, "
+        "private and link-local hosts only when listed in MCP_RL_RAY_HOSTS.",
     )
     cluster_venv: str | None = Field(
         None,
@@ -114,9 +122,9 @@ class RunOptions(BaseModel):
 
     tinker_base_url: str | None = Field(
         None,
-        pattern=r"^https?://[A-Za-z0-9_.:\[\]/-]{1,500}$",
         description="tinker: a self-hosted Tinker-compatible server (SkyRL's Tinker API, TuFT), e.g. "
-        "http://127.0.0.1:8000. None: TINKER_BASE_URL, else hosted Tinker.",
+        "http://127.0.0.1:8000, which the user must have listed in MCP_RL_TINKER_HOSTS (it receives the Tinker key); "
+        "hosted Tinker's own URL is billed as hosted. None: TINKER_BASE_URL, else hosted Tinker.",
     )
     tinker_sdk: Literal["auto", "0.38", "0.25"] = Field(
         "auto",
@@ -147,6 +155,52 @@ class RunOptions(BaseModel):
         if isinstance(value, bool):
             raise ValueError(f"expected a number, got the boolean {value}")
         return value
+
+    @field_validator("tinker_base_url")
+    @classmethod
+    def _tinker_server(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # The Tinker key goes where this URL says: hosted Tinker, or a server the user listed.
+        if value is None:
+            return None
+        settings = (info.context or {}).get("settings")
+        try:
+            return checked_tinker_url(value, settings.allowed_tinker_hosts if settings else []).text
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_dashboard(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        settings = (info.context or {}).get("settings")
+        allowed = settings.allowed_ray_hosts if settings else []
+        try:
+            return checked_service_url(
+                value, "ray_address", allowed=allowed, setting="MCP_RL_RAY_HOSTS", path_allowed=False
+            ).text
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def checked_tinker_url(value: str, allowed: list[AllowedHost]) -> ServiceUrl:
+    """`tinker_base_url` in canonical form when the Tinker key may go there: hosted Tinker (https),
+    or a self-hosted server the user listed in MCP_RL_TINKER_HOSTS. UserError otherwise."""
+    if is_hosted_tinker(value):
+        url = canonical_url(value, "tinker_base_url")
+        if url.scheme != "https":
+            raise UserError(f"tinker_base_url {url.text} is hosted Tinker over plain http: use https://.")
+        return url
+    url = checked_service_url(value, "tinker_base_url", allowed=allowed, setting="MCP_RL_TINKER_HOSTS")
+    if not any(entry.admits(url) for entry in allowed):
+        raise UserError(
+            f"tinker_base_url {url.text} is neither hosted Tinker ({HOSTED_TINKER_HOST}) nor a server listed in "
+            "MCP_RL_TINKER_HOSTS: the Tinker key is sent only there. If it is the user's own Tinker-compatible "
+            f"server, they add {url.netloc!r} (or 'http://{url.netloc}' for plain http) to MCP_RL_TINKER_HOSTS in "
+            "the MCP server's environment and restart it; otherwise clear it with "
+            "rl_edit_config('tinker_base_url', null)."
+        )
+    return url
 
 
 RUN_OPTION_NAMES = tuple(RunOptions.model_fields)
@@ -185,7 +239,7 @@ def resolve_run_options(
     """The effective run options and the defaults they were built on (strict: a bad edit raises)."""
     backend = effective_backend(settings, edits.get("backend", "auto"))
     defaults = {"backend": "auto", **run_option_defaults(settings, backend, environment)}
-    return RunOptions.model_validate({**defaults, **edits}), defaults
+    return RunOptions.model_validate({**defaults, **edits}, context={"settings": settings}), defaults
 
 
 def clean_run_options(settings: Settings, stored: Any) -> tuple[dict[str, Any], list[str]]:

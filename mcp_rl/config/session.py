@@ -9,6 +9,7 @@ with an atomic replace, so concurrent servers never corrupt it.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -36,6 +37,16 @@ class Session(BaseModel):
     selected_at: float | None = None
     # What reading session.json had to repair (never written back; shown in the answers).
     notes: list[str] = Field(default_factory=list, exclude=True)
+
+
+def config_revision(session: Session) -> str:
+    """A short digest of what a run would be built from: the environment, its edits, the run options."""
+    content = {
+        "environment": session.environment.model_dump(mode="json") if session.environment else None,
+        "edits": session.edits,
+        "run_options": session.run_options,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 class SessionStore:

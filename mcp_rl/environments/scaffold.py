@@ -2,95 +2,41 @@
 
 The file is a complete, working task on the public interface (mcp_rl.task): seeded training and
 held-out items that never overlap, a few-shot chat, an exact-match score with reference answers.
-It trains as written; the user edits `item`, `prompt`/`messages` and `score` into their own task.
+It trains as written; the user edits `train_items`/`held_out_items` (built by `make`), `messages`
+and `score` into their own task. The template is `task_template.py`, a real module.
 
-It is written into the folder asked for, else the first MCP_RL_ENV_PATHS folder, else
-$MCP_RL_HOME/envs (always searched). An existing file is never replaced, and the file appears
-whole or not at all (written beside it, then linked into place).
+It is written into the folder asked for (inside an MCP_RL_ENV_PATHS folder or $MCP_RL_HOME/envs,
+so it is always listed), else the first MCP_RL_ENV_PATHS folder, else $MCP_RL_HOME/envs. Its name
+must not be one an environment already has (it would be listed as an ignored duplicate), nor a
+module it would shadow (the standard library, mcp_rl, an installed package, sitecustomize). An
+existing file is never replaced, and the file appears whole or not at all (written beside it, then
+linked into place).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import UserError
+from mcp_rl.environments.discovery import scan
+from mcp_rl.errors import UserError, clip
+from mcp_rl.paths import normal_path
 from mcp_rl.settings import Settings
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
-
-TEMPLATE = '''"""{title}: a task on mcp-rl's task interface (mcp_rl.task).
-
-Edit item(), messages() and score() into your task; keep the held-out seeds apart from the
-training seeds. Then: rl_validate_environment("{name}"), rl_test_inference, rl_start_training.
-"""
-
-from __future__ import annotations
-
-import random
-import re
-
-from mcp_rl.task import Task
-
-# A bare number, maybe with spaces or a final period around it.
-_NUMBER = re.compile(r"^\\s*(-?\\d+)\\s*\\.?\\s*$")
-
-
-def _split() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Every pair of operands 1..20, shuffled once: 200 held out, the rest for training. A pair
-    and its swap (3 + 5, 5 + 3) stay on the same side, so no held-out question is trained on."""
-    pairs = [(a, b) for a in range(1, 21) for b in range(a, 21)]
-    random.Random(0).shuffle(pairs)
-    swapped = lambda ps: [(a, b) for p in ps for (a, b) in {{p, p[::-1]}}]  # noqa: E731
-    return swapped(pairs[110:]), swapped(pairs[:110])[:200]
-
-
-class {class_name}(Task):
-    """Add two numbers; reply with only the result (edit this line: rl_list_environments shows it)."""
-
-    name = "{name}"
-    system_prompt = "You are a calculator. Reply with only the result."
-    max_tokens = 8  # tokens per answer
-    score_range = (0.0, 1.0)  # every score lies in it
-
-    # Training draws from train_items() (shuffled, repeated); the held-out items are evaluated
-    # greedily at step 0 and at the end. They must never share a question (the validator checks);
-    # 200 held-out items can show a gain. (Or define item(seed) with train_seeds and held_out_seeds.)
-    def train_items(self) -> list[dict]:
-        return [self.make(a, b) for a, b in _split()[0]]
-
-    def held_out_items(self) -> list[dict]:
-        return [self.make(a, b) for a, b in _split()[1]]
-
-    def make(self, a: int, b: int) -> dict:
-        # "answer" (a string) is the reference answer the validator checks score() against.
-        return {{"a": a, "b": b, "answer": str(a + b)}}
-
-    def messages(self, item: dict) -> list[dict[str, str]]:
-        # Two worked examples show a small model the format, so some answers score from the start
-        # (a group whose answers all score the same teaches nothing). prompt(item) is enough when
-        # no examples are needed.
-        return [
-            {{"role": "system", "content": self.system_prompt}},
-            {{"role": "user", "content": "3 + 4"}},
-            {{"role": "assistant", "content": "7"}},
-            {{"role": "user", "content": "12 + 5"}},
-            {{"role": "assistant", "content": "17"}},
-            {{"role": "user", "content": f"{{item['a']}} + {{item['b']}}"}},
-        ]
-
-    def score(self, completion: str, item: dict) -> float:
-        match = _NUMBER.match(completion)
-        return 1.0 if match is not None and match.group(1) == item["answer"] else 0.0
-
-    def metadata(self, item: dict) -> dict[str, str]:
-        # Labels for grouping the held-out figures (optional).
-        return {{"carry": "yes" if item["a"] % 10 + item["b"] % 10 >= 10 else "no"}}
-'''
+# The template is a real module (lint and type checks read it); a copy has these replaced.
+TEMPLATE = Path(__file__).with_name("task_template.py")
+TEMPLATE_NAME, TEMPLATE_CLASS, TEMPLATE_TITLE = "template_task", "TemplateTask", "Template task"
+# Module names a task file must not take: it would shadow them for anything importing from its
+# folder (Python runs `sitecustomize`/`usercustomize` at every start of an interpreter).
+RESERVED = frozenset({"mcp_rl", "sitecustomize", "usercustomize"})
+MAX_FOLDER_CHARS = 1024
 
 
 class NewEnvironment(BaseModel):
@@ -114,28 +60,107 @@ def default_folder(settings: Settings) -> Path:
     return settings.env_paths[0] if settings.env_paths else settings.user_envs_dir
 
 
+def template_text(name: str) -> str:
+    """The template with the task's name, class and title put in."""
+    text = TEMPLATE.read_text(encoding="utf-8")
+    title = name.replace("_", " ").capitalize()
+    for old, new in ((TEMPLATE_CLASS, class_name_of(name)), (TEMPLATE_NAME, name), (TEMPLATE_TITLE, title)):
+        text = text.replace(old, new)
+    # The template's note to its maintainers is not for the user's file.
+    return re.sub(r"\n# This file is the template .*?\n\n", "\n", text, count=1, flags=re.S)
+
+
+def shadowed_module(name: str) -> str | None:
+    """What a module called `name` would shadow, or None."""
+    if name in RESERVED:
+        return f"{name!r} is a name Python or mcp-rl imports itself"
+    if name in sys.stdlib_module_names:
+        return f"{name!r} is a module of Python's standard library"
+    installed = importlib.metadata.packages_distributions()
+    if name in installed:
+        return f"{name!r} is the installed package {', '.join(sorted(set(installed[name])))}"
+    return None
+
+
+def _taken_names(settings: Settings) -> set[str]:
+    catalog = scan(settings.environment_dirs())
+    return {env.name for env in catalog.environments} | {d.name for d in catalog.duplicates}
+
+
+def _free_name(name: str, taken: set[str], folder: Path) -> str:
+    stem = name[:44]
+    for n in range(2, 1000):
+        candidate = f"{stem}_{n}"
+        if candidate not in taken and shadowed_module(candidate) is None and not (folder / f"{candidate}.py").exists():
+            return candidate
+    return f"{stem}_task"
+
+
+def _folder(settings: Settings, folder: str | Path | None) -> Path:
+    """The folder to write into: given (inside a searched folder), else the default one."""
+    if folder is None or str(folder) == "":
+        return default_folder(settings)
+    text = str(folder)
+    if "\x00" in text:
+        raise UserError("folder holds a NUL byte: give a plain absolute path. Nothing was written.")
+    if len(text) > MAX_FOLDER_CHARS:
+        raise UserError(
+            f"folder is {len(text):,} characters long (at most {MAX_FOLDER_CHARS}): give a shorter absolute path, "
+            "or leave it out. Nothing was written."
+        )
+    target = normal_path(text)
+    if not target.is_absolute():
+        raise UserError(f"folder {clip(text)} is relative: give an absolute path. Nothing was written.")
+    roots = [*settings.env_paths, settings.user_envs_dir]
+    resolved = target.resolve()
+    if not any(
+        resolved == r.expanduser().resolve() or resolved.is_relative_to(r.expanduser().resolve()) for r in roots
+    ):
+        raise UserError(
+            f"folder {clip(str(resolved))} is not inside a folder mcp-rl searches for environments: use one inside "
+            f"{' or '.join(str(r) for r in roots)} (MCP_RL_ENV_PATHS or $MCP_RL_HOME/envs), or leave folder out. "
+            "Nothing was written."
+        )
+    return target
+
+
 def new_task_file(settings: Settings, name: str, folder: str | Path | None = None) -> NewEnvironment:
     """Write NAME.py, a working task, into `folder`; UserError (nothing written) when the name is
-    not a lowercase identifier, the folder is not usable, or the file exists."""
-    name = (name or "").strip()
+    not a lowercase identifier, is taken by an environment or shadows a module, the folder is not
+    inside a searched folder or not usable, or the file exists."""
+    name = (name or "").strip() if isinstance(name, str) else ""
     if not NAME.match(name):
         raise UserError(
-            f"name {name!r} is not usable: give a lowercase Python identifier (letters, digits, underscores; "
-            "starts with a letter; at most 48 characters), e.g. 'larger_number'."
+            f"name {clip(name)} is not usable: give a lowercase Python identifier (letters, digits, underscores; "
+            "starts with a letter; at most 48 characters), e.g. 'larger_number'. Nothing was written."
         )
-    target = Path(folder).expanduser() if folder else default_folder(settings)
-    if not target.is_absolute():
-        raise UserError(f"folder {str(folder)!r} is relative: give an absolute path.")
+    target = _folder(settings, folder)
+    if (target / f"{name}.py").exists():
+        raise UserError(f"{target / f'{name}.py'} exists: nothing was written. Pick another name, or edit that file.")
+    taken = _taken_names(settings)
+    shadow = shadowed_module(name)
+    if name in taken or shadow is not None:
+        why = (
+            f"an environment named {name!r} is already listed"
+            if name in taken
+            else f"{shadow}, which a task file would shadow"
+        )
+        raise UserError(
+            f"name {name!r} is not free: {why}. Pick another name, e.g. {_free_name(name, taken, target)!r}. "
+            "Nothing was written."
+        )
     if target.exists() and not target.is_dir():
-        raise UserError(f"folder {target} exists and is not a folder.")
+        raise UserError(f"folder {clip(str(target))} exists and is not a folder. Nothing was written.")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"folder {target} cannot be created: {exc.strerror or exc}") from None
+        raise UserError(
+            f"folder {clip(str(target))} cannot be created: {exc.strerror or exc}. Nothing was written."
+        ) from None
     path = target / f"{name}.py"
     if path.exists():
         raise UserError(f"{path} exists: nothing was written. Pick another name, or edit that file.")
-    text = TEMPLATE.format(name=name, class_name=class_name_of(name), title=name.replace("_", " ").capitalize())
+    text = template_text(name)
     fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -147,12 +172,15 @@ def new_task_file(settings: Settings, name: str, folder: str | Path | None = Non
     finally:
         os.unlink(temp)
     resolved = target.resolve()
-    searched = any(resolved == d.expanduser().resolve() for d in settings.environment_dirs())
+    searched = any(
+        resolved == d.expanduser().resolve() or resolved.is_relative_to(d.expanduser().resolve())
+        for d in settings.environment_dirs()
+    )
     notes = []
     if not searched:
         notes.append(
-            f"{resolved} is not searched for environments: add it to MCP_RL_ENV_PATHS (and restart the server) "
-            "to list and select this task."
+            f"{resolved} is not searched for environments until the server restarts (it did not exist when the "
+            "server started): restart the MCP server to list and select this task."
         )
     return NewEnvironment(
         name=name,
@@ -160,11 +188,11 @@ def new_task_file(settings: Settings, name: str, folder: str | Path | None = Non
         folder=str(resolved),
         searched=searched,
         edit=[
-            "item(seed): what one problem is (keep 'answer' as a string when you know the right answer)",
+            "train_items() and held_out_items(): the items to train on and the ~200 held out (never the same "
+            "question); each is built by make(...), which keeps 'answer' as a string when the right answer is known",
             "messages(item) (or prompt(item) for a single user message): what the model sees",
             "score(completion, item): what an answer is worth, within score_range",
-            "train_seeds / held_out_seeds (or train_items() / held_out_items()): disjoint; ~200 held out",
-            "max_tokens, system_prompt, the class docstring; metadata(item) to group the held-out figures",
+            "max_tokens, system_prompt, the class docstring; metadata(item) labels to group the held-out figures",
         ],
         next_calls=[
             f"rl_validate_environment(name='{name}') after each edit: items, overlap, scores, the base model's answers",

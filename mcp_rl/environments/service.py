@@ -238,16 +238,15 @@ class EnvironmentService:
     def edit(self, field: str, value: Any) -> config.EditResult:
         session, spec = self.selected()
         gem_id = self._gem_env_id_edit(session, field, value)
-        result = config.edit_config(self.settings, self.store, spec, field, value, worker=self.worker)
-        if gem_id is not None:
-            # The session is named after the GEM id it trains, so status and runs say which.
-            def rename(s: config.Session) -> config.Session:
-                if s.environment is None or not self.is_gem(s.environment):
-                    return s
-                return s.model_copy(update={"environment": s.environment.model_copy(update={"name": gem_id})})
 
-            self.store.update(rename)
-        return result
+        # The session is named after the GEM id it trains, so status and runs say which; renamed
+        # in the edit's own write, so the revision answered is the config written.
+        def rename(s: config.Session) -> config.Session:
+            if gem_id is None or s.environment is None or not self.is_gem(s.environment):
+                return s
+            return s.model_copy(update={"environment": s.environment.model_copy(update={"name": gem_id})})
+
+        return config.edit_config(self.settings, self.store, spec, field, value, worker=self.worker, then=rename)
 
     def _gem_env_id_edit(self, session: config.Session, field: str, value: Any) -> str | None:
         """For the GEM environment's `env_id`: the id if GEM knows it, else an error naming the

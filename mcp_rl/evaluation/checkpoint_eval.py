@@ -24,7 +24,7 @@ from mcp_rl import background
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.background import start_worker, worker_alive
 from mcp_rl.costs.evaluation import EvaluationEstimate, ItemStats, estimate_evaluation, evaluation_cost, price_models
-from mcp_rl.errors import UnknownId, UserError
+from mcp_rl.errors import UnknownId, UserError, clip_id
 from mcp_rl.evaluation.checkpoint_models import (
     EVAL_ID_RE,
     RESULT_FILE,
@@ -322,7 +322,7 @@ def eval_folder(settings: Settings, eval_id: str) -> Path:
     path = evaluations_dir(settings) / eval_id
     if not EVAL_ID_RE.match(eval_id or "") or not (path / SPEC_FILE).is_file():
         raise UnknownId(
-            f"Unknown eval_id {eval_id!r}. rl_evaluate_checkpoint returns it; evaluations are kept in {evaluations_dir(settings)}.",
+            f"Unknown eval_id {clip_id(eval_id)!r}. rl_evaluate_checkpoint returns it; evaluations are kept in {evaluations_dir(settings)}.",
             "eval_id",
             eval_id,
         )

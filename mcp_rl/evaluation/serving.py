@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from mcp_rl.atomic import write_text_atomic
-from mcp_rl.errors import McpRlError, NotFound, UserError
+from mcp_rl.errors import McpRlError, NotFound, UserError, clip_id
 from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.processes import Ended, identify, is_alive, marker_for, spawn, stop
@@ -228,13 +228,13 @@ def served_root_of(record: ServedRecord) -> Path:
 def load(settings: Settings, serve_id: str) -> ServedRecord:
     """Raises NotFound (listing what is served) for an unknown id."""
     if not serve_id or any(c not in _SERVE_ID_CHARS + "ABCDEFGHIJKLMNOPQRSTUVWXYZ_" for c in serve_id):
-        raise NotFound(f"Unknown served model {serve_id!r}.")
+        raise NotFound(f"Unknown served model {clip_id(serve_id)!r}.")
     path = served_root(settings) / serve_id / RECORD_FILE
     try:
         return ServedRecord.model_validate_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         known = ", ".join(r.serve_id for r in list_served(settings)) or "none"
-        raise NotFound(f"Unknown served model {serve_id!r}. Served now: {known}.") from None
+        raise NotFound(f"Unknown served model {clip_id(serve_id)!r}. Served now: {known}.") from None
 
 
 def list_served(settings: Settings) -> list[ServedRecord]:

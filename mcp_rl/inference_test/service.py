@@ -21,7 +21,7 @@ import yaml
 
 from mcp_rl import background, config
 from mcp_rl.background import start_worker, worker_alive
-from mcp_rl.errors import NotFound, UnknownId, UserError
+from mcp_rl.errors import NotFound, UnknownId, UserError, clip_id
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.models import (
     FINAL_MODEL_STATES,
@@ -342,7 +342,7 @@ def test_dir(settings: Settings, test_id: str) -> Path:
     path = settings.tests_dir / test_id
     if not TEST_ID_RE.match(test_id) or not (path / SPEC_FILE).is_file():
         raise UnknownId(
-            f"Unknown test_id {test_id!r}. Test ids are returned by rl_test_inference; tests are kept in {settings.tests_dir}.",
+            f"Unknown test_id {clip_id(test_id)!r}. Test ids are returned by rl_test_inference; tests are kept in {settings.tests_dir}.",
             "test_id",
             test_id,
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,17 +13,18 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
-from mcp_rl.config import CurrentConfig, EditResult, Session
+from mcp_rl.config import CurrentConfig, EditResult, config_revision
 from mcp_rl.costs.training import cost_preview
-from mcp_rl.environments.discovery import DuplicateName, ParseProblem
+from mcp_rl.environments.discovery import DuplicateName, EnvironmentInfo, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.scaffold import NewEnvironment, new_task_file
 from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.environments.validate import ValidationReport, validate
-from mcp_rl.errors import DamagedState, UserError, clip_message
+from mcp_rl.errors import DamagedState, McpRlError, UserError, clip_message
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
+from mcp_rl.settings import Settings
 
 # Every JSON type a config field or run option can take, so the schema gives `value` a type (strict
 # function calling refuses an untyped property; Gemini declarations want one). A mapping or a nested
@@ -148,16 +148,6 @@ class EditAnswer(EditResult):
     kind: Literal["environment", "run_option"] | None = None  # type: ignore[assignment]
 
 
-def config_revision(session: Session) -> str:
-    """A short digest of what a run would be built from: the environment, its edits, the run options."""
-    content = {
-        "environment": session.environment.model_dump(mode="json") if session.environment else None,
-        "edits": session.edits,
-        "run_options": session.run_options,
-    }
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
 async def selected_spec_ready(
     jobs: Jobs, service: EnvironmentService, budget: CallBudget, progress: Progress, tool: str
 ) -> None:
@@ -174,6 +164,21 @@ async def selected_spec_ready(
             f"{job.running_for():.0f} s so far) and it goes on in the background. Nothing was done: call {tool} "
             "again in a moment."
         )
+
+
+def _validated(settings: Settings, env: EnvironmentInfo, sample: bool) -> ValidationReport:
+    """validate(), with a reason when the child's report cannot be read (never a bare error)."""
+    try:
+        return validate(settings, env, sample=sample)
+    except McpRlError:
+        raise
+    except (ValueError, TypeError) as exc:  # json or pydantic: what the child printed last is not a report
+        raise UserError(
+            f"Validating {env.name} ended without a readable report: the last line its child process printed is "
+            f"not the report ({type(exc).__name__}: {clip_message(str(exc), 200)}). The task may print to standard "
+            "output (print() at import, in a method or at exit): print to stderr or log instead, then call "
+            f"rl_validate_environment({env.name!r}) again."
+        ) from None
 
 
 def _gem_summary(gem: GemCatalog) -> GemSummary:
@@ -306,8 +311,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         folder: Annotated[
             str | None,
             Field(
-                description="Absolute folder to write it into (default: the first MCP_RL_ENV_PATHS folder, else "
-                "$MCP_RL_HOME/envs, which is always searched)."
+                description="Absolute folder to write it into, inside an MCP_RL_ENV_PATHS folder or $MCP_RL_HOME/envs "
+                "(default: the first MCP_RL_ENV_PATHS folder, else $MCP_RL_HOME/envs, which is always searched)."
             ),
         ] = None,
     ) -> NewEnvironment:
@@ -316,7 +321,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         Use this when the user's task is not among rl_list_environments' entries. The file uses
         mcp-rl's task interface (mcp_rl.task): seeded training and held-out items, the chat for an
         item, score(completion, item) in a declared range. It trains as written (a small adding
-        task); edit item(), messages() and score() into the user's task. mcp-rl does the rest:
+        task); edit train_items() and held_out_items() (each item built by make()), messages() and
+        score() into the user's task. The name must be free: one an environment already has, or a
+        module it would shadow (standard library, mcp_rl, an installed package), is refused with a
+        free name suggested. mcp-rl does the rest:
         sampling, masks, groups, resume, and the held-out evaluation at step 0 and at the end
         (base -> trained with a paired test). Never overwrites: an existing file is refused.
         Answers with the path, what to edit, and the next calls (validate, select, smoke-test, train).
@@ -351,7 +359,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             jobs,
             f"validate:{env.file_path}:{env.class_name}:{sample_base_model}",
             f"validating {name}",
-            lambda: validate(state.settings, env, sample=sample_base_model),
+            lambda: _validated(state.settings, env, sample_base_model),
             budget,
             progress,
         )
@@ -476,8 +484,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 refused=reason,
                 revision=config_revision(session),
             )
-        session = await anyio.to_thread.run_sync(service.store.read)
-        return EditAnswer(**result.model_dump(), revision=config_revision(session))
+        # The revision of the config this edit wrote (taken under the lock), not a later read's.
+        return EditAnswer(**result.model_dump(exclude={"revision"}), revision=result.revision or "")
 
     @mcp.resource(
         "rl://environments",

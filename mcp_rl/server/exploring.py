@@ -21,7 +21,7 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import Exploring
+from mcp_rl.errors import Exploring, clip_message
 from mcp_rl.settings import Settings
 
 KNOWN_LIMIT = 20
@@ -71,7 +71,8 @@ def exploring_cause(exc: BaseException) -> Exploring | None:
 
 def exploring_result(exc: Exploring, settings: Settings) -> CallToolResult:
     """The normal result answering `exc`: what was missing, the ids that exist, what to call next."""
-    answer = ExploringAnswer(kind=exc.kind, asked=exc.value, message=str(exc))
+    # Bounded like every tool error (the services clip the ids they echo; this is the safety net).
+    answer = ExploringAnswer(kind=exc.kind, asked=exc.value, message=clip_message(str(exc), 2000))
     lister = _LISTERS.get(answer.kind)
     if lister is not None:
         answer.known = lister(settings)

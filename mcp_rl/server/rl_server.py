@@ -38,6 +38,7 @@ import anyio
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
     Completion,
     CompletionArgument,
@@ -47,13 +48,14 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 from mcp.types import Tool as MCPTool
-from mcp_types import SERVER_INFO_META_KEY, DiscoverResult
+from mcp_types import PARSE_ERROR, SERVER_INFO_META_KEY, DiscoverResult
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from mcp_rl.server import tool_catalog
 from mcp_rl.server.exploring import exploring_cause, exploring_result, output_schema_with_answer
 from mcp_rl.server.schema_formats import standard_formats
+from mcp_rl.server.stdin_guard import PARSE_ERROR_METHOD, UnparseableParams
 from mcp_rl.server.strict import checked_arguments, strict_schema
 from mcp_rl.settings import Settings
 
@@ -104,9 +106,14 @@ class RlServer(MCPServer):
         self.startup_hooks: list[LifespanWork] = []
         self.background_tasks: list[LifespanWork] = []
         super().__init__(lifespan=self._lifespan, **kwargs)
-        for method, params_type in LATE_METHODS.items():
+        routed: dict[str, tuple[type, Handler]] = {
+            method: (params_type, self._late_handler(method)) for method, params_type in LATE_METHODS.items()
+        }
+        # The answer to a line the stdio transport could not parse (server/stdin_guard.py).
+        routed[PARSE_ERROR_METHOD] = (UnparseableParams, self._unparseable)
+        for method, (params_type, handler) in routed.items():
             # MCPServer has no public hook for these (the SDK's migration guide uses the low-level server).
-            self._lowlevel_server.add_request_handler(method, params_type, self._late_handler(method))
+            self._lowlevel_server.add_request_handler(method, params_type, handler)
         self.completion()(self._complete)
 
     # --- the surface, registered once ---------------------------------------------------------
@@ -249,6 +256,13 @@ class RlServer(MCPServer):
     async def get_prompt(self, *args: Any, **kwargs: Any) -> Any:
         await self.ready()
         return await super().get_prompt(*args, **kwargs)
+
+    async def _unparseable(self, ctx: ServerRequestContext[Any], params: UnparseableParams) -> Any:
+        raise MCPError(
+            code=PARSE_ERROR,
+            message=f"Parse error: the request could not be read as JSON-RPC ({params.reason}); nothing was done. "
+            "Send one JSON-RPC message per line, as UTF-8 JSON without lone surrogates or deep nesting.",
+        )
 
     def _late_handler(self, method: str) -> Handler:
         async def handler(ctx: ServerRequestContext[Any], params: Any) -> Any:

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from mcp_rl.config.options import checked_tinker_url
 from mcp_rl.ports import HOST
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
@@ -21,6 +22,9 @@ def _tinker_env(config: RunConfig, settings: Settings, env: dict[str, str]) -> d
     """The trainer's environment on Tinker: the run's server, and the SDK that server speaks first
     on its path (installed on first use: tinker_sdk)."""
     t = config.trainer
+    if t.tinker_base_url:
+        # Checked again where the key leaves: run.yaml may be older than the user's current list.
+        checked_tinker_url(t.tinker_base_url, settings.allowed_tinker_hosts)
     base_url = t.tinker_base_url or settings.tinker_base_url
     key = settings.tinker_api_key.get_secret_value() if settings.tinker_api_key else None
     dialect = tinker_sdk.resolve(t.tinker_sdk, base_url, key)

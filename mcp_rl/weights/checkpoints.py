@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_rl.errors import NotFound, UnknownId, UserError
+from mcp_rl.errors import NotFound, UnknownId, UserError, clip_id
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     CHECKPOINTS_DIR,
@@ -79,7 +79,7 @@ class Run(BaseModel):
 def load_run(settings: Settings, run_id: str) -> Run:
     if not is_run_id(run_id) or not (settings.runs_dir / run_id / RUN_FILE).is_file():
         raise UnknownId(
-            f"no run {run_id[:64]!r} in {settings.runs_dir}: rl_list_runs shows the runs there", "run_id", run_id
+            f"no run {clip_id(run_id)!r} in {settings.runs_dir}: rl_list_runs shows the runs there", "run_id", run_id
         )
     run_dir = settings.runs_dir / run_id
     return Run(run_id=run_id, run_dir=run_dir, config=RunConfig.load(run_dir / RUN_FILE))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.errors import UserError
+from mcp_rl.paths import normal_path
 from mcp_rl.processes import wait_until
 
 # Written into every export folder: the proof that mcp-rl wrote it (and what it holds).
@@ -35,7 +36,7 @@ CLAIM_WAIT_S = 5.0  # how long a new export waits for the previous one's worker 
 
 def _home_folders() -> set[Path]:
     # Every account's home folder (the server's user's included): no lookup of $HOME needed.
-    return {Path(os.path.normpath(entry.pw_dir)) for entry in pwd.getpwall() if entry.pw_dir.startswith("/")}
+    return {normal_path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir.startswith("/")}
 
 
 def _link_on(path: Path) -> Path | None:
@@ -67,14 +68,14 @@ def normalise(dest: str) -> Path:
     long = [p for p in dest.split("/") if len(p.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES]
     if long:
         raise UserError(f"dest has a name of more than {MAX_NAME_BYTES} bytes ({long[0][:40]!r}...): shorten it")
-    path = Path(dest).expanduser()
+    path = normal_path(dest)
     if not path.is_absolute():
         home = Path(pwd.getpwuid(os.getuid()).pw_dir)
         raise UserError(
             f"dest {dest[:200]!r} is relative (it would land in the server's working folder): give an absolute "
-            f"path, e.g. {Path(os.path.normpath(home / dest))}"
+            f"path, e.g. {normal_path(home / dest)}"
         )
-    return Path(os.path.normpath(path))
+    return path
 
 
 def _inside(path: Path, folder: Path) -> bool:

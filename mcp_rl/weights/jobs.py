@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from mcp_rl import background, processes
 from mcp_rl.atomic import recover_aside, write_text_atomic
 from mcp_rl.costs.exports import ExportCost, export_cost
-from mcp_rl.errors import UnknownId, UserError
+from mcp_rl.errors import UnknownId, UserError, clip_id
 from mcp_rl.rundir import checkpoint_lock, lease_checkpoint
 from mcp_rl.settings import Settings
 from mcp_rl.weights import destination
@@ -83,12 +83,14 @@ def read_status(settings: Settings, export_id: str) -> ExportStatus:
     """The export's latest status. A running export whose worker has ended (killed, crashed)
     reads as failed: that is recorded, and its temporary folders beside the destination removed."""
     if not export_id.replace("-", "").isalnum() or len(export_id) > 64:
-        raise UnknownId(f"no export {export_id[:64]!r}: rl_export_weights starts one", "export_id", export_id)
+        raise UnknownId(f"no export {clip_id(export_id)!r}: rl_export_weights starts one", "export_id", export_id)
     job_dir = exports_dir(settings) / export_id
     try:
         status = ExportStatus.model_validate_json((job_dir / STATUS_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UnknownId(f"no export {export_id!r}: rl_export_weights starts one", "export_id", export_id) from None
+        raise UnknownId(
+            f"no export {clip_id(export_id)!r}: rl_export_weights starts one", "export_id", export_id
+        ) from None
     if status.state != ExportState.RUNNING or _alive(job_dir):
         return status
     # It may have written its last status just before exiting: read once more.

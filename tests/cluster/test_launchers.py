@@ -3,7 +3,10 @@ and the checks that refuse a job before anything is written."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from mcp_rl.config import RunOptions
 from mcp_rl.errors import UserError
 from mcp_rl.ports import allocate_ports
 from mcp_rl.supervisor.launchers import JobState, Resources, job_info, launcher_for
+from mcp_rl.supervisor.launchers.ray import RayLauncher
 from mcp_rl.supervisor.launchers.slurm import SlurmLauncher
 from tests.cluster.slurm_cluster import SlurmCluster
 
@@ -43,9 +47,10 @@ def test_the_batch_script_carries_the_resources_and_the_gentle_stop(tmp_path: Pa
         "#SBATCH --time=90",
         "#SBATCH --gres=gpu:2",
         "#SBATCH --signal=B:TERM@151",
-        f"#SBATCH --output={tmp_path}/logs/supervisor.log",
     ):
         assert line in script.splitlines()
+    # The paths go on sbatch's argv, not into #SBATCH lines (sbatch's own quoting there).
+    assert f"--output={tmp_path}/logs/supervisor.log" in shlex.split(submission.command)
     assert script.rstrip().endswith(f"-m mcp_rl.supervisor --run-dir {tmp_path}")
     assert not list(tmp_path.iterdir())  # prepared, nothing written
 
@@ -132,3 +137,32 @@ def test_cluster_options_are_checked_as_run_options() -> None:
             RunOptions.model_validate({**base, **bad})
     ok = RunOptions.model_validate({**base, "launcher": "slurm", "partition": "gpu", "gpus": 1})
     assert ok.launcher == "slurm" and ok.gpus == 1
+
+
+def test_a_shell_word_in_the_state_folder_never_runs_in_a_generated_script(tmp_path: Path) -> None:
+    """Issue 43 item 7: MCP_RL_HOME holding `$(...)`, quotes, '#', '%' and spaces. The Ray entrypoint
+    and the Slurm script are run by bash here with a stand-in interpreter: nothing in the path
+    runs, and the supervisor gets the path and its log exactly."""
+    marker = tmp_path / "PWNED"
+    run_dir = tmp_path / f"home $(touch {marker}) `touch {marker}` 'q' \"d\" #x %j" / "runs" / "r1"
+    (run_dir / "logs").mkdir(parents=True)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text('#!/bin/sh\nprintf "%s\\n" "$PWD" "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    resources = Resources(cluster_venv=str(venv))
+
+    ray = RayLauncher("http://127.0.0.1:8265").prepare("r1", run_dir, resources, grace_s=10)
+    entrypoint = json.loads(ray.script or "{}")["entrypoint"]
+    subprocess.run(["bash", "-c", entrypoint], check=True, timeout=30)
+    log = (run_dir / "logs" / "supervisor.log").read_text().splitlines()
+    assert log == [str(run_dir), "-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
+
+    slurm = SlurmLauncher().prepare("r1", run_dir, resources, grace_s=10)
+    script = tmp_path / "job.sh"
+    script.write_text(slurm.script or "")
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.splitlines()[1:] == ["-m", "mcp_rl.supervisor", "--run-dir", str(run_dir)]
+    argv = shlex.split(slurm.command)
+    assert f"--chdir={run_dir}" in argv and f"--output={run_dir}/logs/supervisor.log".replace("%", "%%") in argv
+    assert not marker.exists()

@@ -100,6 +100,10 @@ def test_an_unpriced_paid_start_needs_a_yes_and_a_cap_on_it_cannot_be_enforced(t
         ("http://127.0.0.1:8000", False),  # SkyRL's Tinker API, TuFT: a server of the user's
         ("https://tinker.example.org/api", False),
         ("https://tinker.thinkingmachines.dev/services/tinker-prod", True),  # hosted Tinker by its URL
+        # Hosted Tinker in any spelling is hosted and priced (issue 43 item 2), never "$0, self-hosted".
+        ("https://TINKER.THINKINGMACHINES.DEV/services/tinker-prod", True),
+        ("https://tinker.thinkingmachines.dev./services/tinker-prod", True),
+        ("https://Tinker.ThinkingMachines.Dev.:443/services/tinker-prod", True),
         (None, True),
     ],
 )

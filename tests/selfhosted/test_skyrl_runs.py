@@ -36,7 +36,12 @@ def skyrl(model_dir: Path, tmp_path: Path) -> Iterator[SkyrlServer]:
 
 async def test_a_three_step_run_on_skyrls_tinker_api(home: Path, model_dir: Path, skyrl: SkyrlServer) -> None:
     # A self-hosted server takes any key; the tokenizer is the served model's own folder.
-    env = {"TINKER_API_KEY": "tml-self-hosted-test", "MCP_RL_TOKENIZER_PATH": str(model_dir)}
+    # The user names the server that may receive the Tinker key (plain http: loopback needs no word for it).
+    env = {
+        "TINKER_API_KEY": "tml-self-hosted-test",
+        "MCP_RL_TOKENIZER_PATH": str(model_dir),
+        "MCP_RL_TINKER_HOSTS": skyrl.base_url,
+    }
     async with Client(stdio_params(home, **env)) as client:
         await ok(client, "rl_select_environment", {"name": "arithmetic"})
         edits = {

@@ -58,3 +58,18 @@ async def test_exploring_calls_are_answers_listing_what_exists(home: Path) -> No
         schema = tool.output_schema
         assert schema is not None and "ExploringAnswer" in schema["$defs"], tool.name
         assert "required" not in schema and schema["anyOf"][0]["required"], tool.name
+
+
+async def test_a_huge_unknown_id_is_clipped_in_every_echo(home: Path) -> None:
+    """Issue 43 item 7: a 1 MB id came back whole from rl_get_evaluation, rl_get_test_result and
+    rl_cancel_test; every tool echoing an id clips it (~100 characters and an ellipsis)."""
+    settings = Settings.from_env(make_env(home))
+    huge = "x" * 1_000_000
+    calls = [(tool, {**args, kind: huge}) for tool, args, kind in EXPLORING_CALLS if kind not in ("environment",)]
+    async with Client(build_server(settings)) as client:
+        for tool, args in calls:
+            result = await client.call_tool(tool, args)
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            assert len(text) < 3_000, (tool, len(text))
+            assert "x" * 130 not in text and ("…" in text or "more characters" in text), (tool, text[:300])
+            assert len(str(result.structured_content or "")) < 5_000, tool

@@ -52,9 +52,13 @@ def test_the_scaffold_refuses_to_overwrite_and_bad_names(tmp_path: Path) -> None
             new_task_file(settings, bad)
     with pytest.raises(UserError, match="relative"):
         new_task_file(settings, "other", "relative/folder")
-    elsewhere = new_task_file(settings, "other", str(tmp_path / "elsewhere"))
-    assert not elsewhere.searched and "MCP_RL_ENV_PATHS" in elsewhere.notes[0]
-    assert sorted(p.name for p in folder.iterdir()) == ["larger_number.py"]  # no temporary file left
+    # A folder outside the searched ones is refused (issue 43 item 6: it used to be written, unlisted).
+    with pytest.raises(UserError, match="not inside a folder mcp-rl searches"):
+        new_task_file(settings, "other", str(tmp_path / "elsewhere"))
+    assert not (tmp_path / "elsewhere").exists()
+    inside = new_task_file(settings, "other", str(folder / "sub"))
+    assert inside.searched and Path(inside.path).parent == (folder / "sub").resolve()
+    assert sorted(p.name for p in folder.iterdir()) == ["larger_number.py", "sub"]  # no temporary file left
 
 
 def test_mcp_rl_new_env(tmp_path: Path) -> None:
@@ -123,3 +127,69 @@ def test_the_validator_catches_a_broken_task(tmp_path: Path, case: str) -> None:
         line = path.read_text().splitlines()[problem.line - 1]
         assert ("1.0 / 0" in line) if case == "raises" else ("import not_a_module_anywhere" in line)
     assert "broken" in (start_note(settings, path, "broken") or "")
+
+
+def test_the_template_is_a_real_module_and_the_copy_names_what_it_defines(tmp_path: Path) -> None:
+    """Issue 46: the template is a file lint and type checks read; the instructions name what the
+    written file defines."""
+    import ast
+
+    from mcp_rl.environments import scaffold
+
+    made = new_task_file(_settings(tmp_path / "home"), "larger_number")
+    text = Path(made.path).read_text()
+    for token in (
+        scaffold.TEMPLATE_NAME,
+        scaffold.TEMPLATE_CLASS,
+        scaffold.TEMPLATE_TITLE,
+        "This file is the template",
+    ):
+        assert token not in text, token
+    tree = ast.parse(text)
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    defined = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert cls.name == "LargerNumber" and 'name = "larger_number"' in text
+    assert 'rl_validate_environment("larger_number")' in text
+    instructions = " ".join(made.edit)
+    for method in ("train_items", "held_out_items", "make", "messages", "score", "metadata"):
+        assert method in defined and f"{method}(" in instructions, method
+    assert "item(seed)" not in instructions  # the file defines no item()
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("arithmetic", "already listed"),  # a bundled environment's name
+        ("json", "standard library"),
+        ("sys", "standard library"),
+        ("mcp_rl", "mcp-rl imports itself"),
+        ("sitecustomize", "Python or mcp-rl imports"),
+        ("usercustomize", "Python or mcp-rl imports"),
+        ("numpy", "installed package"),
+    ],
+)
+def test_a_name_that_would_shadow_is_refused_with_a_free_one(tmp_path: Path, name: str, why: str) -> None:
+    settings = _settings(tmp_path / "home")
+    with pytest.raises(UserError, match=why) as info:
+        new_task_file(settings, name)
+    suggested = str(info.value).split("e.g. '")[1].split("'")[0]
+    assert not (tmp_path / "home" / "envs" / f"{name}.py").exists()
+    assert Path(new_task_file(settings, suggested).path).name == f"{suggested}.py"  # the suggestion is free
+
+
+@pytest.mark.parametrize(
+    ("folder", "why"),
+    [
+        ("/", "not inside a folder mcp-rl searches"),
+        ("~", "not inside a folder mcp-rl searches"),
+        ("/tmp/x\x00y", "NUL byte"),
+        ("/" + "a" * 5000, "characters long"),
+        ("relative/x", "relative"),
+    ],
+)
+def test_a_folder_outside_the_searched_ones_is_refused_with_a_reason(tmp_path: Path, folder: str, why: str) -> None:
+    settings = _settings(tmp_path / "home")
+    with pytest.raises(UserError, match=why) as info:
+        new_task_file(settings, "my_task", folder)
+    assert len(str(info.value)) < 1_000 and "Nothing was written" in str(info.value)
+    assert not (tmp_path / "home" / "envs").exists()

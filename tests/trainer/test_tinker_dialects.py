@@ -106,7 +106,7 @@ def test_auto_asks_the_server_and_the_trainer_gets_that_sdk_first_on_its_path(
         with TinkerServer(TinkerWire(tokenizer_id=tiny_tokenizer, dialect=dialect)) as server:
             assert tinker_sdk.resolve("auto", server.base_url, API_KEY) == dialect
     home = tmp_path / "home"
-    settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY))
+    settings = Settings.from_env(make_env(home, TINKER_API_KEY=API_KEY, MCP_RL_TINKER_HOSTS="127.0.0.1:1"))
     config = run_config(
         tmp_path / "run", run_id="r1", backend="tinker", tinker_base_url="http://127.0.0.1:1", tinker_sdk="0.25"
     )

@@ -64,6 +64,10 @@ def test_an_export_aimed_at_the_run_or_its_checkpoint_is_refused_and_both_stay_w
         (final, "checkpoint being exported"),
         (final / "adapter", "checkpoint being exported"),
         (paths.checkpoints_dir / "step_000001", "inside the runs folder"),
+        # The same folders spelled with a leading // (issue 43 item 7): one normaliser, the same answer.
+        (f"/{paths.checkpoints_dir / 'step_000001'}", "inside the runs folder"),
+        (f"//{settings.runs_dir}/r1/logs/", "inside the runs folder"),
+        (f"/{settings.runs_dir}/./r1/../r1/metrics", "inside the runs folder"),
         (settings.runs_dir, "holds mcp-rl's state folder"),
         (settings.home, "holds mcp-rl's state folder"),
         (settings.home.parent, "holds mcp-rl's state folder"),

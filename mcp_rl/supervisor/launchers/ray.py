@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +88,8 @@ class RayLauncher:
     def prepare(self, run_id: str, run_dir: Path, resources: Resources, grace_s: float) -> Submission:
         python = supervisor_python(resources)
         log = run_dir / "logs" / "supervisor.log"
-        entrypoint = f"{supervisor_command(python, run_dir)} >>{log} 2>&1"
+        # A shell on the cluster runs this line: every path in it quoted.
+        entrypoint = f"{supervisor_command(python, run_dir)} >>{shlex.quote(str(log))} 2>&1"
         body: dict[str, Any] = {
             "entrypoint": entrypoint,
             "submission_id": f"mcp-rl-{run_id}",

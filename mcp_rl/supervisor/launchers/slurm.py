@@ -55,6 +55,13 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
         raise LaunchError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S:g} s (is slurmctld up?)") from exc
 
 
+def _paths(run_dir: Path) -> list[str]:
+    """The job's log and working folder as sbatch arguments (an argv: no shell, no #SBATCH
+    parsing). `%` is doubled: sbatch reads `%j` and the like in --output as patterns."""
+    log = str(run_dir / "logs" / "supervisor.log").replace("%", "%%")
+    return [f"--output={log}", f"--chdir={run_dir}"]
+
+
 def _words(result: subprocess.CompletedProcess[str]) -> str:
     return " ".join((result.stderr or result.stdout or "").split())[:500] or f"exit status {result.returncode}"
 
@@ -76,13 +83,12 @@ class SlurmLauncher:
 
     def prepare(self, run_id: str, run_dir: Path, resources: Resources, grace_s: float) -> Submission:
         python = supervisor_python(resources)
-        log = run_dir / "logs" / "supervisor.log"
         lines = [
             "#!/bin/bash",
             f"#SBATCH --job-name=mcp-rl-{run_id}",
-            f"#SBATCH --output={log}",
+            # --output and --chdir go on sbatch's argv (_paths), never into these lines: sbatch
+            # reads them with its own quoting, where a path's '#', '"' or space would change them.
             "#SBATCH --open-mode=append",
-            f"#SBATCH --chdir={run_dir}",
             "#SBATCH --nodes=1",
             "#SBATCH --ntasks=1",
             # A gentle stop before the time limit: the supervisor alone gets TERM, with the grace
@@ -102,7 +108,7 @@ class SlurmLauncher:
         script_path = run_dir / SCRIPT_NAME
         return Submission(
             launcher=self.name,
-            command=f"sbatch --parsable --export=ALL {shlex.quote(str(script_path))}",
+            command=shlex.join(["sbatch", "--parsable", "--export=ALL", *_paths(run_dir), str(script_path)]),
             script=script,
             python=python,
         )
@@ -136,7 +142,8 @@ class SlurmLauncher:
     def submit(self, submission: Submission, run_dir: Path, env: dict[str, str]) -> str:
         # The job's environment is this server's (secrets included, as for a local run): sent to
         # slurmctld by sbatch, never written into the script or shown.
-        result = _run(["sbatch", "--parsable", "--export=ALL", str(self._script(submission, run_dir))], env)
+        script = str(self._script(submission, run_dir))
+        result = _run(["sbatch", "--parsable", "--export=ALL", *_paths(run_dir), script], env)
         job_id = (result.stdout or "").strip().split(";")[0]
         if result.returncode != 0 or not job_id.isdigit():
             raise LaunchError(f"sbatch refused the job: {_words(result)}")
