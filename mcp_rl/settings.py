@@ -24,8 +24,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Names of the secrets we read. They may reach a child's environment, never argv, logs or files.
 SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN", "HF_TOKEN")
-# The other spelling of the Hub token huggingface_hub reads: kept from user code like HF_TOKEN.
-HF_TOKEN_ALIASES = ("HUGGING_FACE_HUB_TOKEN",)
 
 # What user code (a task's or environment's own code, wherever mcp-rl runs it) receives from the
 # server's environment: what a Python program needs to run, install and reach the network as the

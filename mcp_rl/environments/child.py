@@ -404,6 +404,10 @@ def take_channels() -> None:
     lifeline out of reach of what it starts, and start watching the lifeline."""
     global _REPORT_FD
     _REPORT_FD = _take_fd(REPORT_FD_ENV)
+    # A key the task named is in this environment: known here too, so a message is scrubbed
+    # before this side clips it (a key cut in half would no longer match in the parent).
+    with contextlib.suppress(UserError):
+        Settings.from_env()  # a Settings teaches mcp_rl.redact the keys it holds
     lifeline = _take_fd(LIFELINE_FD_ENV)
     if lifeline is not None:
         die_with_parent()

@@ -116,7 +116,7 @@ def validate(
         tail = done.stderr.last_lines(1) or done.stdout.last_lines(1) or ["no output"]
         raise UserError(
             f"Validating {env.name} failed before it could report ({why}; exit {done.returncode}): "
-            f"{redact.scrub(tail[-1][:300])}"
+            f"{redact.scrub(tail[-1])[:300]}"
         )
     data = redact.scrub_json(data)
     ok = bool(data.get("ok"))

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mcp_rl import redact
 from mcp_rl.environments.child import take_channels, write_report
 from mcp_rl.task import prompt_text
 
@@ -38,7 +39,7 @@ def where(exc: BaseException, file_path: Path) -> dict[str, Any]:
     own = [f for f in frames if Path(f.filename).resolve() == file_path]
     frame = own[-1] if own else (frames[-1] if frames else None)
     return {
-        "exception": f"{type(exc).__name__}: {exc}"[:500],
+        "exception": redact.scrub(f"{type(exc).__name__}: {exc}")[:500],
         "file": frame.filename if frame else str(file_path),
         "line": frame.lineno if frame else None,
     }
@@ -85,7 +86,7 @@ def check_score(report: Report, task: Any, completion: str, item: Any, check: st
 
 
 def _short(item: Any) -> str:
-    text = repr(item)
+    text = redact.scrub(repr(item))
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -199,7 +200,7 @@ def sample_base_model(
         report.warnings.append(f"the base model could not be loaded ({type(exc).__name__}: {exc}); no answers sampled")
         return
     loaded = time.monotonic() - began
-    answers = []
+    answers: list[dict[str, Any]] = []
     torch.manual_seed(0)
     began = time.monotonic()
     for chat, item in zip(chats, held_out, strict=False):
@@ -220,8 +221,8 @@ def sample_base_model(
             value = check_score(report, task, completion, item, "base_model_answer")
             answers.append(
                 {
-                    "prompt": prompt_text(chat)[:200],
-                    "answer": completion[:200],
+                    "prompt": redact.scrub(prompt_text(chat))[:200],
+                    "answer": redact.scrub(completion)[:200],
                     "score": value,
                     "score_ms": round(1000 * (time.perf_counter() - t0), 3),
                 }

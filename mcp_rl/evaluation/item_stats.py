@@ -74,10 +74,8 @@ def measure(
     except ValueError:
         stats = None
     if stats is None:
-        tail = (done.stderr.last_lines(1) or [done.report_error or "no output"])[-1][:300]
-        raise UserError(
-            f"Nothing was started: the held-out items of {environment} could not be counted ({redact.scrub(tail)})."
-        )
+        tail = redact.scrub((done.stderr.last_lines(1) or [done.report_error or "no output"])[-1])[:300]
+        raise UserError(f"Nothing was started: the held-out items of {environment} could not be counted ({tail}).")
     with _LOCK:
         _MEASURED[key] = stats
     return stats

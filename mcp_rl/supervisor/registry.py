@@ -542,7 +542,7 @@ class Registry:
 def _event(db: sqlite3.Connection, run_id: str, subject: str, state: str, cause: str | None, when: float) -> None:
     db.execute(
         "INSERT INTO run_events (run_id, time, subject, state, cause) VALUES (?, ?, ?, ?, ?)",
-        (run_id, when, subject, str(state), cause),
+        (run_id, when, subject, str(state), _scrubbed(cause)),
     )
 
 
