@@ -212,3 +212,23 @@ def test_a_placeholder_key_is_never_passed_even_when_named(tmp_path: Path) -> No
     server_env = {"MCP_RL_HOME": str(tmp_path), "HF_TOKEN": "${HF_TOKEN}", "PATH": "/bin"}
     env = Settings.from_env(server_env).user_code_env(["HF_TOKEN"], base=server_env)
     assert "HF_TOKEN" not in env
+
+
+def test_a_task_names_its_variables_in_env_vars_read_without_importing_it(tmp_path: Path) -> None:
+    from mcp_rl.environments.discovery import declared_env_vars, parse_file
+
+    path = tmp_path / "judged.py"
+    path.write_text(
+        "raise SystemExit('never imported')\n"
+        "from mcp_rl.task import Task\n"
+        "NAMES = ('FROM_A_NAME',)\n"
+        "class Judged(Task):\n"
+        "    env_vars = ('JUDGE_API_KEY', 'JUDGE_URL', 'not a name', 3)\n"
+        "class Indirect(Task):\n"
+        "    env_vars = NAMES  # not a literal: nothing is granted\n",
+        encoding="utf-8",
+    )
+    found = {env.class_name: env.env_vars for env in parse_file(path)}
+    assert found == {"Judged": ["JUDGE_API_KEY", "JUDGE_URL"], "Indirect": []}
+    assert declared_env_vars(path, "Judged") == ["JUDGE_API_KEY", "JUDGE_URL"]
+    assert declared_env_vars(path, "Missing") == [] and declared_env_vars(tmp_path / "gone.py", "Judged") == []
