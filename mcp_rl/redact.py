@@ -16,11 +16,13 @@ use it.
 from __future__ import annotations
 
 import base64
+import io
 import logging
 import re
+import sys
 import threading
 import urllib.parse
-from typing import Any
+from typing import Any, TextIO
 
 # Prefixes services put before the random part of a key; the part alone is scrubbed too.
 KNOWN_PREFIXES = ("sk-or-v1-", "sk-or-", "sk-proj-", "sk-ant-", "sk-", "hf_", "tml-", "wandb_v1_", "local-")
@@ -105,6 +107,51 @@ def scrub_json(value: Any) -> Any:
 def has_secret(text: str) -> bool:
     pattern = _pattern
     return bool(pattern is not None and text and pattern.search(text))
+
+
+class ScrubbedStream(io.TextIOBase):
+    """A text stream that scrubs what is written to it, line by line (a key split across two
+    writes of one line is still found), before passing it on."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            whole, self._pending = self._pending.rsplit("\n", 1)
+            self._inner.write(scrub(whole + "\n"))
+        elif len(self._pending) > 65536:  # no newline for long: pass it on anyway
+            self._inner.write(scrub(self._pending))
+            self._pending = ""
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._inner.write(scrub(self._pending))
+            self._pending = ""
+        self._inner.flush()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._inner, "encoding", "utf-8")
+
+
+def scrub_std_streams() -> None:
+    """Scrub what this process writes through sys.stdout and sys.stderr (prints, logging,
+    tracebacks). Writes to the file descriptors themselves (C code, child processes) pass as
+    they are: a process that runs user code holds only the keys its task named."""
+    if not isinstance(sys.stdout, ScrubbedStream):
+        sys.stdout = ScrubbedStream(sys.stdout)
+    if not isinstance(sys.stderr, ScrubbedStream):
+        sys.stderr = ScrubbedStream(sys.stderr)
 
 
 class ScrubFilter(logging.Filter):

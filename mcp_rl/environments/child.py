@@ -44,7 +44,7 @@ from typing import Any
 import psutil
 from pydantic import BaseModel
 
-from mcp_rl import processes
+from mcp_rl import processes, redact
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
@@ -408,6 +408,7 @@ def take_channels() -> None:
     # before this side clips it (a key cut in half would no longer match in the parent).
     with contextlib.suppress(UserError):
         Settings.from_env()  # a Settings teaches mcp_rl.redact the keys it holds
+    redact.scrub_std_streams()
     lifeline = _take_fd(LIFELINE_FD_ENV)
     if lifeline is not None:
         die_with_parent()
