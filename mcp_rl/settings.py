@@ -88,6 +88,8 @@ USER_CODE_ENV_NAMES = frozenset(
         "WANDB_BASE_URL",
         "WANDB_SILENT",
         "MCP_RL_HOME",
+        # our identity marker (mcp_rl.processes): a job's children stay provably its own
+        "MCP_RL_MARKER",
     }
 )
 # Families of settings a program needs to install packages or find libraries (pip, uv, conda,

@@ -61,8 +61,8 @@ OUR_CODE = {
     "process, whose environment is already the user-code one",
     "mcp_rl/environments/bundled/verifiers_env.py:Worker.__init__": "inside the environment process "
     "(already the user-code environment)",
-    "mcp_rl/evaluation/env_eval.py:run_environment_evaluate": "its env is a parameter: the only caller "
-    "(evaluation/worker.py) builds it with user_code_env",
+    "mcp_rl/evaluation/env_eval.py:run_environment_evaluate": "its env is a parameter: each caller (the "
+    "evaluation worker, the trainer's evaluate()) is held to user_code_env by the test below",
     "mcp_rl/inference_test/runner.py:TestWorker._start": "child_env() of that module, built on user_code_env",
     "mcp_rl/inference_test/runner.py:LocalServer.spawn": "mcp-rl's own model server (serve_model), no user code",
     "mcp_rl/evaluation/serving.py:start": "mcp-rl's own model server (serve_model), no user code",
@@ -143,6 +143,43 @@ def test_every_process_start_is_known_and_user_code_gets_the_allow_list() -> Non
     )
     stale = sorted(set(OUR_CODE) - set(starts))
     assert stale == [], f"OUR_CODE names sites that start no process any more: {stale}"
+
+
+# Starters whose environment comes from their caller: every call of one must build that
+# environment with user_code_env (or leave it to the starter's own default, `env` omitted).
+ENV_FROM_CALLER = {"run_environment_evaluate": "child_env", "run_child": "env", "run_json_child": "env"}
+
+
+def test_every_caller_of_a_starter_that_takes_its_env_passes_the_allow_list() -> None:
+    calls: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        for top in ast.walk(ast.parse(source)):
+            if not isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef) or top.name in ENV_FROM_CALLER:
+                continue
+            body = ast.get_source_segment(source, top) or ""
+            for call in ast.walk(top):
+                if not isinstance(call, ast.Call):
+                    continue
+                name = _name_parts(call.func)[1]
+                if name not in ENV_FROM_CALLER:
+                    continue
+                keyword = next((k for k in call.keywords if k.arg == ENV_FROM_CALLER[name]), None)
+                passed = ast.get_source_segment(source, keyword.value) if keyword is not None else None
+                calls.setdefault(f"{rel}:{top.name} -> {name}", []).append(passed or "")
+                if name == "run_json_child" and keyword is None:
+                    continue  # its default is user_code_env()
+                assert passed is not None, f"{rel}:{top.name} calls {name} without its environment"
+                built_here = any(c in passed for c in USER_CODE_ENV_CALLS) or any(
+                    f"{passed} = {c}" in body.replace("settings.", "").replace("self.", "")
+                    or (f"{passed} = " in body and c in body)
+                    for c in USER_CODE_ENV_CALLS
+                )
+                assert built_here, f"{rel}:{top.name} passes {name} an environment not built by user_code_env: {passed}"
+    # the scan saw the callers it must (validate, item counts, introspection, config checks,
+    # the GEM catalog, the evaluation worker and the trainer's evaluate())
+    assert len(calls) >= 7, sorted(calls)
 
 
 def test_keys_reach_a_child_only_where_our_own_code_runs() -> None:
