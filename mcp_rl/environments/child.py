@@ -217,6 +217,7 @@ def run_child(
     streams = {proc.stdout.fileno(): outcome.stdout, proc.stderr.fileno(): outcome.stderr, report_r: report}
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc, stdin), name=f"feed-{proc.pid}", daemon=True).start()
+    ended = False
     try:
         with selectors.DefaultSelector() as sel:
             for fd in streams:
@@ -234,12 +235,15 @@ def run_child(
                     break
                 _read_ready(sel, streams, min(POLL_S, left))
             outcome.killed = _end_all(proc.pid, marker)
+            ended = True
             # What the child wrote before it ended is still in the pipes; everything holding them
             # is dead now, so they reach EOF at once (the drain deadline is only a guard).
             drain_until = time.monotonic() + DRAIN_S
             while sel.get_map() and time.monotonic() < drain_until:
                 _read_ready(sel, streams, POLL_S)
     finally:
+        if not ended:  # interrupted (an error of ours): nothing of the child may outlive this
+            _end_all(proc.pid, marker)
         os.close(life_w)  # the lifeline: a child still alive here would end itself now
         outcome.returncode = proc.wait()
         for stream in (proc.stdout, proc.stderr):
