@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import psutil
 import pytest
 
@@ -305,3 +306,43 @@ async def test_a_validation_past_the_budget_goes_on_and_is_cancelled_through_the
         assert gone(child, 5)
         nothing = await client.call_tool("rl_validate_environment", {**args, "cancel": True})
         assert "nothing to cancel" in nothing.structured_content["message"]
+
+
+@pytest.mark.anyio
+async def test_a_starting_server_ends_a_validation_child_its_killed_predecessor_left(home: Path) -> None:
+    from mcp import Client
+
+    from tests.conftest import stdio_params
+
+    settings = Settings.from_env(make_env(home))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_ident = processes.identify(dead.pid)
+    dead.wait()
+    marker = processes.new_marker("child")
+    left = subprocess.Popen(["sleep", "300"], env={**os.environ, processes.MARKER_ENV: marker}, start_new_session=True)
+    try:
+        ident = processes.identify(left.pid)
+        assert ident is not None and dead_ident is not None
+        children_dir(settings).mkdir(parents=True)
+        record = ChildRecord(
+            pid=left.pid,
+            pgid=ident.pgid,
+            create_time=ident.create_time,
+            marker=marker,
+            owner_pid=dead.pid,
+            owner_create_time=dead_ident.create_time,
+            what="validating spins",
+            started_at=time.time(),
+        )
+        (children_dir(settings) / "left.json").write_text(record.model_dump_json())
+        async with Client(stdio_params(home), mode="legacy", read_timeout_seconds=60) as client:
+            await client.call_tool("rl_list_environments", {})
+            ended_by = time.monotonic() + 30
+            while left.poll() is None and time.monotonic() < ended_by:
+                await anyio.sleep(0.1)
+        assert left.poll() is not None, "the new server left its predecessor's validation child running"
+        assert list(children_dir(settings).glob("*.json")) == []
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
