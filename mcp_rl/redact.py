@@ -143,6 +143,9 @@ class ScrubbedStream(io.TextIOBase):
     def encoding(self) -> str:  # type: ignore[override]
         return getattr(self._inner, "encoding", "utf-8")
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)  # buffer, reconfigure, ...: the wrapped stream's
+
 
 def scrub_std_streams() -> None:
     """Scrub what this process writes through sys.stdout and sys.stderr (prints, logging,

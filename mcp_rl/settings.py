@@ -98,6 +98,21 @@ USER_CODE_ENV_PREFIXES = ("LC_", "PIP_", "UV_", "CONDA_", "XDG_", "LD_LIBRARY_PA
 _CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
 
+# Keys a process of ours holds as SecretStr and passes to its clients explicitly: taken out of its
+# os.environ before it runs a task's code in-process (`hide_keys_from_task_code`). Not W&B's nor
+# the Hub's: wandb and huggingface_hub read theirs from the environment (the trainer starts W&B
+# after the step-0 evaluation; an evaluation worker may load a gated tokenizer after it).
+_HIDDEN_FROM_TASK_CODE = ("TINKER_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN")
+
+
+def hide_keys_from_task_code(named: Iterable[str] = ()) -> list[str]:
+    """Remove mcp-rl's keys (but those the task names) from this process's environment, before
+    a task's code runs in it (the trainer's and the evaluation worker's held-out evaluation):
+    their clients were given the keys explicitly. Returns the names removed."""
+    keep = set(named)
+    return [name for name in _HIDDEN_FROM_TASK_CODE if name not in keep and os.environ.pop(name, None) is not None]
+
+
 def _user_code_may_see(name: str) -> bool:
     if name in USER_CODE_ENV_NAMES:
         return True

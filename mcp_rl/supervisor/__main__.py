@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None, build: Callable[..., list[ProcessSpec]] 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
 
     # Signal handlers only record the request; the supervising loop acts on it.
     stop = threading.Event()

@@ -27,6 +27,7 @@ def start_process() -> Settings | None:
         stream=sys.stderr,
     )
     redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Idle OpenMP threads sleep instead of spinning on a shared CPU.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

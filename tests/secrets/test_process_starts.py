@@ -269,3 +269,35 @@ def test_a_task_names_its_variables_in_env_vars_read_without_importing_it(tmp_pa
     assert found == {"Judged": ["JUDGE_API_KEY", "JUDGE_URL"], "Indirect": []}
     assert declared_env_vars(path, "Judged") == ["JUDGE_API_KEY", "JUDGE_URL"]
     assert declared_env_vars(path, "Missing") == [] and declared_env_vars(tmp_path / "gone.py", "Judged") == []
+
+
+def test_task_code_run_in_process_does_not_see_the_keys_our_clients_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer and the evaluation worker make a task's held-out items in-process: its code
+    finds no Tinker or OpenRouter key in os.environ unless it names it."""
+    from mcp_rl.evaluation.heldout import held_out_set
+    from mcp_rl.runconfig import EnvironmentRef
+
+    path = tmp_path / "peek.py"
+    path.write_text(
+        "import os\n"
+        "from mcp_rl.task import Task\n"
+        "class Peek(Task):\n"
+        "    env_vars = ('OPENROUTER_API_KEY',)\n"
+        "    held_out_seeds = range(3)\n"
+        "    def item(self, seed):\n"
+        "        seen = sorted(n for n in ('TINKER_API_KEY', 'OPENROUTER_API_KEY') if os.environ.get(n))\n"
+        "        return {'q': f'{seed}: ' + ','.join(seen), 'answer': '1'}\n"
+        "    def prompt(self, item):\n"
+        "        return item['q']\n"
+        "    def score(self, completion, item):\n"
+        "        return 1.0\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("TINKER_API_KEY", FAKE["TINKER_API_KEY"])
+    monkeypatch.setenv("OPENROUTER_API_KEY", FAKE["OPENROUTER_API_KEY"])
+    ref = EnvironmentRef(name="peek", class_name="Peek", file_path=path, project_root=tmp_path)
+    items = held_out_set(ref, {})
+    seen = {item.messages[-1]["content"].split(": ", 1)[1] for item in items.items}
+    assert seen == {"OPENROUTER_API_KEY"}, seen
