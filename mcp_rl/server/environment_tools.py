@@ -417,7 +417,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 status="running",
                 environment=name,
                 message=f"Still validating {name} ({job.running_for():.0f} s so far; it goes on in the background): "
-                f"call rl_validate_environment('{name}') again to collect the report.",
+                f"call rl_validate_environment('{name}') again to collect the report (cancel=true stops it).",
             )
         return ValidateAnswer(
             status="passed" if report.ok else "failed",
