@@ -22,7 +22,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from mcp_rl import __version__, fast_start, first_answer
+from mcp_rl import __version__, fast_start, first_answer, redact
 from mcp_rl.errors import McpRlError, NotFound
 from mcp_rl.home import cache_dir, home_dir
 
@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # Logs go to stderr: stdout carries the stdio protocol.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

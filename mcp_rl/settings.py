@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from mcp_rl import redact
 from mcp_rl.errors import UserError
 from mcp_rl.home import cache_dir, home_dir
 from mcp_rl.urls import AllowedHost, parse_allowed_hosts
@@ -25,6 +26,101 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Names of the secrets we read. They may reach a child's environment, never argv, logs or files.
 SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN", "HF_TOKEN")
+
+# What user code (a task's or environment's own code, wherever mcp-rl runs it) receives from the
+# server's environment: what a Python program needs to run, install and reach the network as the
+# user set it up, and nothing else. Keys are not here: a task names the ones it needs (its
+# `env_vars`, see mcp_rl.task), and gets exactly those (`Settings.user_code_env`).
+USER_CODE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "PWD",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONWARNINGS",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        # the user's Hugging Face set-up (caches, mirror, offline mode), never its token
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_DATASETS_CACHE",
+        "HF_ENDPOINT",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "TRANSFORMERS_CACHE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_HUB_ENABLE_HF_TRANSFER",
+        "TORCH_HOME",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "CUDA_VISIBLE_DEVICES",
+        "TOKENIZERS_PARALLELISM",
+        # W&B's settings (not its key): an Atropos environment logs its rollouts to W&B itself
+        "WANDB_MODE",
+        "WANDB_DIR",
+        "WANDB_ENTITY",
+        "WANDB_PROJECT",
+        "WANDB_BASE_URL",
+        "WANDB_SILENT",
+        "MCP_RL_HOME",
+        # our identity marker (mcp_rl.processes): a job's children stay provably its own
+        "MCP_RL_MARKER",
+    }
+)
+# Families of settings a program needs to install packages or find libraries (pip, uv, conda,
+# locale); a name in one of them that looks like a credential is still kept out.
+USER_CODE_ENV_PREFIXES = ("LC_", "PIP_", "UV_", "CONDA_", "XDG_", "LD_LIBRARY_PATH", "NIX_")
+_CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+# Keys a process of ours holds as SecretStr and passes to its clients explicitly: taken out of its
+# os.environ before it runs a task's code in-process (`hide_keys_from_task_code`). Not W&B's nor
+# the Hub's: wandb and huggingface_hub read theirs from the environment (the trainer starts W&B
+# after the step-0 evaluation; an evaluation worker may load a gated tokenizer after it).
+_HIDDEN_FROM_TASK_CODE = ("TINKER_API_KEY", "OPENROUTER_API_KEY", "MCP_RL_TOKEN")
+
+
+def hide_keys_from_task_code(named: Iterable[str] = ()) -> list[str]:
+    """Remove mcp-rl's keys (but those the task names) from this process's environment, before
+    a task's code runs in it (the trainer's and the evaluation worker's held-out evaluation):
+    their clients were given the keys explicitly. Returns the names removed."""
+    keep = set(named)
+    return [name for name in _HIDDEN_FROM_TASK_CODE if name not in keep and os.environ.pop(name, None) is not None]
+
+
+def _user_code_may_see(name: str) -> bool:
+    if name in USER_CODE_ENV_NAMES:
+        return True
+    if not name.startswith(USER_CODE_ENV_PREFIXES):
+        return False
+    return not any(word in name.upper() for word in _CREDENTIAL_WORDS)
 
 
 def configs_dir() -> Path:
@@ -200,6 +296,8 @@ class Settings(BaseModel):
     # The user's Hugging Face token for pushing exports (else their `hf auth login`); HF_ENDPOINT
     # is read by huggingface_hub itself.
     hf_token: SecretStr | None = None
+    # The older spelling huggingface_hub also reads (HUGGING_FACE_HUB_TOKEN): known so it is scrubbed.
+    hf_token_alias: SecretStr | None = None
     # The HTTP transport (mcp_rl.http_auth): the bearer token and extra Host/Origin names.
     http_token: SecretStr | None = None
     # Secret variables that held a placeholder (`${TINKER_API_KEY}`, "...") and count as unset.
@@ -246,6 +344,13 @@ class Settings(BaseModel):
     confirm_above_usd: float = Field(5.0, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
+    def _teach_scrubber(self) -> Settings:
+        # Every process that holds a key knows it, so the scrubber removes it from what leaves.
+        for name, value in self.secret_values().items():
+            redact.learn(name, value)
+        return self
+
+    @model_validator(mode="after")
     def _wandb_within_budget(self) -> Settings:
         if self.wandb_timeout_s is not None and self.wandb_timeout_s >= self.tool_time_budget_s:
             raise ValueError(
@@ -289,6 +394,7 @@ class Settings(BaseModel):
             openrouter_base_url=env.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
             http_token=_secret(env, "MCP_RL_TOKEN"),
             hf_token=_secret(env, "HF_TOKEN"),
+            hf_token_alias=_secret(env, "HUGGING_FACE_HUB_TOKEN"),
             placeholder_env_vars=placeholder_secrets(env),
             http_allowed_hosts=_words(env.get("MCP_RL_ALLOWED_HOSTS")),
             tinker_hosts=_hosts(env, "MCP_RL_TINKER_HOSTS"),
@@ -396,8 +502,50 @@ class Settings(BaseModel):
         extra = [self.user_envs_dir] if self.user_envs_dir.is_dir() and self.user_envs_dir not in self.env_paths else []
         return [bundled_environments_dir(), *self.env_paths, *extra]
 
+    def secret_values(self) -> dict[str, str]:
+        """Every secret value this process holds, by the variable it came from (for the scrubber)."""
+        held = {
+            "TINKER_API_KEY": self.tinker_api_key,
+            "WANDB_API_KEY": self.wandb_api_key,
+            "OPENROUTER_API_KEY": self.openrouter_api_key,
+            "HF_TOKEN": self.hf_token,
+            "MCP_RL_TOKEN": self.http_token,
+            "HUGGING_FACE_HUB_TOKEN": self.hf_token_alias,
+        }
+        return {name: value.get_secret_value() for name, value in held.items() if value is not None}
+
+    def user_code_env(
+        self, named: Iterable[str] = (), base: Mapping[str, str] | None = None, **extra: str
+    ) -> dict[str, str]:
+        """THE environment of every process that runs user code (a task's or environment's own
+        code: validation, introspection, smoke-test and evaluation environments, a run's
+        environment process, item counts, family builds).
+
+        An allow-list (`USER_CODE_ENV_NAMES`, `USER_CODE_ENV_PREFIXES`), plus the variables the
+        task or environment names in its own `env_vars` (`named`), plus `extra` (our own launch
+        settings). mcp-rl's keys (Tinker, OpenRouter, W&B, Hugging Face, the HTTP token) reach it
+        only when named. `base`: the environment to pick from (default: this process's).
+        """
+        source = os.environ if base is None else base
+        env = {name: value for name, value in source.items() if _user_code_may_see(name)}
+        held = self.secret_values()
+        for name in named:
+            if name in held:
+                env[name] = held[name]  # the key as Settings holds it (a placeholder never counts)
+            elif name in source and not (name in SECRET_ENV_VARS and is_placeholder(source[name])):
+                env[name] = source[name]
+        env["MCP_RL_HOME"] = str(self.home)
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env["PYTHONUNBUFFERED"] = "1"
+        if not self.wandb_enabled:
+            env["WANDB_MODE"] = "disabled"
+        env.update(extra)
+        return env
+
     def child_env(self, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
-        """Environment for a child process: the parent's, our settings, and secrets by name only.
+        """Environment for a child process that runs only mcp-rl's own code (the supervisor, the
+        trainer, the workers of smoke tests, evaluations and exports): the parent's, our
+        settings, and secrets by name only. Never for user code: that is `user_code_env`.
 
         Secrets travel here and nowhere else (never argv). The user's own hub settings
         (HF_HUB_OFFLINE, HF_TOKEN, ...) pass through unchanged: users' machines reach the Hugging

@@ -96,6 +96,11 @@ class Task:
     max_tokens: ClassVar[int] = 16
     # (lowest, highest) score; a score outside it stops the run with the item that gave it.
     score_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    # Variables of the server's environment this task's code needs (e.g. ("MY_SERVICE_API_KEY",)):
+    # a literal tuple of names, read from the file without importing it. Task code runs with
+    # PATH, HOME, locale, proxies and similar settings only; each name listed here is added (also
+    # one of mcp-rl's own keys, such as HF_TOKEN, if the task really needs it), nothing else.
+    env_vars: ClassVar[Sequence[str]] = ()
     # Seeds of item(seed): the training set and the held-out set (must not share an item).
     train_seeds: ClassVar[Sequence[int]] = ()
     held_out_seeds: ClassVar[Sequence[int]] = ()

@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_json_child
+from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.environments.introspect_worker import IntrospectionWorker, WorkerError, introspection_env
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import EnvironmentRef
@@ -110,6 +111,7 @@ def _ask_child(settings: Settings, env: EnvironmentRef, values: dict[str, Any], 
             doing=f"Checking the config of {env.name!r} with its own config class",
             timeout_hint="Check that the module imports quickly",
             cwd=env.project_root,
-            env=introspection_env(settings),  # no secrets: validating a config calls no service
+            # no key of ours: validating a config calls no service
+            env=introspection_env(settings, declared_env_vars(env.file_path, env.class_name)),
         )
     return answer if isinstance(answer, dict) else {}

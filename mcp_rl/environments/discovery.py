@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,9 @@ class EnvironmentInfo(BaseModel):
     # Top-level modules imported at module level (absolute imports only), for a static check
     # of the environment's dependencies without importing it.
     imports: list[str] = []
+    # The variables of the server's environment its code needs (its own `env_vars`, e.g. an API
+    # key): the only ones beyond the allow-list that reach it (Settings.user_code_env).
+    env_vars: list[str] = []
 
 
 class ParseProblem(BaseModel):
@@ -161,6 +165,42 @@ def _name_attribute(cls: ast.ClassDef) -> str | None:
     return None
 
 
+_ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_vars_attribute(cls: ast.ClassDef) -> list[str]:
+    """The class attribute `env_vars = ("NAME", ...)` (a literal tuple or list of names): the
+    variables the task or environment asks for. Read without importing, like `name`."""
+    for stmt in cls.body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        if any(isinstance(t, ast.Name) and t.id == "env_vars" for t in targets) and isinstance(
+            value, ast.Tuple | ast.List | ast.Set
+        ):
+            return [
+                e.value
+                for e in value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str) and _ENV_VAR_NAME.match(e.value)
+            ]
+    return []
+
+
+def declared_env_vars(file_path: Path, class_name: str) -> list[str]:
+    """The `env_vars` class `class_name` of `file_path` names (empty when none, or unreadable)."""
+    try:
+        tree = ast.parse(Path(file_path).read_bytes(), filename=str(file_path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return _env_vars_attribute(node)
+    return []
+
+
 def top_level_imports(tree: ast.Module) -> list[str]:
     """Top-level package names the module imports unconditionally (module body only: imports
     inside try/if blocks are optional ones, relative imports are the project's own)."""
@@ -243,6 +283,7 @@ def parse_file(path: Path) -> list[EnvironmentInfo]:
                 project_root=root,
                 select_name=name,
                 imports=imports,
+                env_vars=_env_vars_attribute(cls),
                 kind="task" if cls.name in task_classes else "atropos",
             )
         )

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mcp_rl import redact
 from mcp_rl.rundir import ENV_HEALTH_FILE, EnvError, EnvHealth
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,12 @@ def where_raised(exc: BaseException, own_code: Path | None) -> str | None:
 
 
 def describe(exc: BaseException, own_code: Path | None) -> EnvError:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    # Scrubbed before it is clipped (a key cut in half would no longer be recognised): the
+    # supervisor quotes this as a run's cause.
+    text = redact.scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return EnvError(
         type=type(exc).__name__,
-        message=str(exc)[:500],
+        message=redact.scrub(str(exc))[:500],
         where=where_raised(exc, own_code),
         traceback=text[-TRACEBACK_CHARS:],
         time=time.time(),

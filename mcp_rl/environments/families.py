@@ -217,7 +217,8 @@ def start_build(settings: Settings, family: Family, deadline_s: float = DEFAULT_
     # Say `building` at once; the builder rewrites it with its pid once it holds the lock.
     _write(base / STATUS_FILE, {"state": BuildState.BUILDING.value, "started": time.time()})
     argv = [sys.executable, "-m", "mcp_rl.environments.families", "build", family.value, "--deadline", str(deadline_s)]
-    reap_in_background(spawn(argv, base / "builder.log", settings.child_env()))
+    # pip runs packages' build code: it gets the user-code environment (no key of ours)
+    reap_in_background(spawn(argv, base / "builder.log", settings.user_code_env()))
     return status(settings, family)
 
 

@@ -175,7 +175,7 @@ def _ask(
         doing=_doing(env),
         timeout_hint="Check that the module imports quickly",
         cwd=env.project_root,
-        env=introspection_env(settings),
+        env=introspection_env(settings, env.env_vars),
         timeout_s=timeout_s,
     )
     if not isinstance(data, dict):

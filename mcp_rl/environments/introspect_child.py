@@ -233,6 +233,7 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
             os.dup2(null_fd, 0)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
+            os.environ.update(request.get("env") or {})  # what the environment names (env_vars)
             if "check" in request:  # a whole-config check (config_check) rather than a description
                 answer = answer_check(request)
             else:

@@ -24,13 +24,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.settings import SECRET_ENV_VARS, Settings
+from mcp_rl.environments.discovery import declared_env_vars
+from mcp_rl.settings import Settings
 
-# Suffixes of environment variables treated as secrets and kept from introspection.
-_SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
 # Clients some environments create when imported (OpenAI() raises without a key): a placeholder
 # lets them import; config introspection never calls a service.
 DUMMY_KEYS = {
@@ -44,15 +44,20 @@ _CLOSE_GRACE_S = 2.0
 SPARE_AFTER_S = 1.0
 
 
-def introspection_env(settings: Settings) -> dict[str, str]:
-    """The environment of introspection children: the usual child environment without any
-    secret (ours or the user's), with placeholder keys for import-time API clients."""
-    env = settings.child_env()
-    for name in list(env):
-        if name in SECRET_ENV_VARS or name.upper().endswith(_SECRET_SUFFIXES):
-            del env[name]
+def introspection_env(settings: Settings, named: Sequence[str] = ()) -> dict[str, str]:
+    """The environment of introspection children: the user-code environment (no key of ours),
+    with placeholder keys for import-time API clients and the variables the environment names."""
+    env = settings.user_code_env()
     env.update(DUMMY_KEYS)
+    env.update(named_values(settings, named))
     return env
+
+
+def named_values(settings: Settings, named: Sequence[str]) -> dict[str, str]:
+    """The variables an environment names (its `env_vars`) with their values: a forked
+    introspection child sets them before it imports the environment (the warm worker has none)."""
+    base = settings.user_code_env(named)
+    return {name: base[name] for name in named if name in base}
 
 
 class WorkerError(Exception):
@@ -188,6 +193,8 @@ class IntrospectionWorker:
                 "project_root": str(project_root),
                 "timeout_s": max(0.1, deadline - time.monotonic()),
                 "log": str(self._request_log),
+                # the variables the environment names: its forked child sets them before importing it
+                "env": named_values(self.settings, declared_env_vars(file_path, class_name)),
             }
             if check is not None:
                 request["check"] = check

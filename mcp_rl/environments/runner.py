@@ -21,6 +21,7 @@ when the trainer is ready, so `serve` still begins strictly after it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -30,9 +31,12 @@ from typing import Any
 import yaml
 from pydantic import create_model
 
+from mcp_rl import redact
 from mcp_rl.environments import failure_report, score_guard
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.loader import load_env_class
+from mcp_rl.errors import UserError
+from mcp_rl.settings import Settings
 
 # Options of the Atropos CLI whose value is a path: resolved before we change directory.
 _PATH_OPTIONS = ("--config",)
@@ -72,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     project_root = (ns.project_root or env_file.parent).resolve()
     env_args = _absolute_paths(ns.args)
     start_when = ns.start_when.resolve() if ns.start_when else None
+    # The keys this process holds (only those the environment named, W&B's for a run that logs
+    # there) are known to the scrubber, and its log (env.log) is written through it.
+    with contextlib.suppress(UserError):
+        Settings.from_env()
+    redact.scrub_std_streams()
     for name, value in PLACEHOLDER_KEYS.items():
         os.environ.setdefault(name, value)
     try:

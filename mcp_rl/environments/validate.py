@@ -1,7 +1,9 @@
 """Validating a task or environment before any run (rl_validate_environment).
 
 The file is loaded and checked in a child process (validate_child: the user's code may import
-anything, raise, or hang), with a deadline. The report is recorded under
+anything, print, fork, raise, or hang), under control (mcp_rl.environments.child); the child gets
+no key of ours unless the task names it, and the report is scrubbed of every key before it is
+written or answered. The report is recorded under
 $MCP_RL_HOME/validations/ with the file's digest, so a start can tell whether the file as it is
 now ever passed (`validation_for`; the start answer's notes say when it did not).
 No paid call: the only model it samples is the local base model.
@@ -10,17 +12,17 @@ No paid call: the only model it samples is the local base model.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.environments.child import run_child
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.errors import UserError
 from mcp_rl.models import default_model_dir, is_hf_model_dir
@@ -77,36 +79,46 @@ def _base_model(settings: Settings) -> Path | None:
 
 
 def validate(
-    settings: Settings, env: EnvironmentInfo, sample: bool = True, timeout_s: float = TIMEOUT_S
+    settings: Settings,
+    env: EnvironmentInfo,
+    sample: bool = True,
+    timeout_s: float = TIMEOUT_S,
+    cancel: threading.Event | None = None,
 ) -> ValidationReport:
-    """Check `env` in a child process and record the report (UserError when the child fails)."""
+    """Check `env` in a child process (mcp_rl.environments.child: own session, bounded output,
+    deadline, `cancel`, nothing left behind) and record the report, scrubbed of every key
+    (UserError when the child fails or is cancelled)."""
     digest = file_digest(env.file_path)
-    argv = [sys.executable, "-m", "mcp_rl.environments.validate_child", str(env.file_path), env.class_name]
-    argv.append(str(env.project_root))
+    args = [str(env.file_path), env.class_name, str(env.project_root)]
     model = _base_model(settings) if sample else None
     if model is not None:
-        argv += ["--model", str(model), "--samples", str(SAMPLED_ITEMS)]
+        args += ["--model", str(model), "--samples", str(SAMPLED_ITEMS)]
     began = time.monotonic()
-    try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=settings.child_env(),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    done = run_child(
+        settings,
+        "mcp_rl.environments.validate_child",
+        args,
+        env=settings.user_code_env(env.env_vars),
+        timeout_s=timeout_s,
+        what=f"validating {env.name}",
+        cancel=cancel,
+    )
+    if done.cancelled:
+        raise UserError(f"Validating {env.name} was cancelled (its process and all it started were ended).")
+    if done.timed_out:
         raise UserError(
             f"Validating {env.name} took over {timeout_s:g} s and was stopped: check that its items are quick to "
             "make and that nothing at import time waits (network, input)."
-        ) from None
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    if not last.startswith("{"):
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        raise UserError(f"Validating {env.name} failed before it could report (exit {done.returncode}): {tail}")
-    data = json.loads(last)
+        )
+    data = done.report
+    if not isinstance(data, dict):
+        why = done.report_error or "it sent no report"
+        tail = done.stderr.last_lines(1) or done.stdout.last_lines(1) or ["no output"]
+        raise UserError(
+            f"Validating {env.name} failed before it could report ({why}; exit {done.returncode}): "
+            f"{redact.scrub(tail[-1])[:300]}"
+        )
+    data = redact.scrub_json(data)
     ok = bool(data.get("ok"))
     report = ValidationReport(
         environment=env.select_name or env.name,

@@ -1,5 +1,5 @@
-"""The validator's child process: load a task (or environment) file and check it, printing one
-JSON report on the last line of stdout.
+"""The validator's child process: load a task (or environment) file and check it, sending one
+JSON report on the report pipe its parent passed (mcp_rl.environments.child; stdout is just log).
 
     python -m mcp_rl.environments.validate_child FILE CLASS PROJECT_ROOT [--model DIR] [--samples N]
 
@@ -14,7 +14,6 @@ items come from its own code at run time: rl_test_inference runs it).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -22,6 +21,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mcp_rl import redact
+from mcp_rl.environments.child import take_channels, write_report
 from mcp_rl.task import prompt_text
 
 # Items whose reference answers and wrong answers are scored (a score() is cheap; this bounds it).
@@ -38,7 +39,7 @@ def where(exc: BaseException, file_path: Path) -> dict[str, Any]:
     own = [f for f in frames if Path(f.filename).resolve() == file_path]
     frame = own[-1] if own else (frames[-1] if frames else None)
     return {
-        "exception": f"{type(exc).__name__}: {exc}"[:500],
+        "exception": redact.scrub(f"{type(exc).__name__}: {exc}")[:500],
         "file": frame.filename if frame else str(file_path),
         "line": frame.lineno if frame else None,
     }
@@ -57,11 +58,8 @@ class Report:
             entry.update(where(exc, self.file_path))
         self.problems.append(entry)
 
-    def dump(self) -> str:
-        return json.dumps(
-            {"ok": not self.problems, "problems": self.problems, "warnings": self.warnings, **self.facts},
-            default=str,
-        )
+    def data(self) -> dict[str, Any]:
+        return {"ok": not self.problems, "problems": self.problems, "warnings": self.warnings, **self.facts}
 
 
 def check_score(report: Report, task: Any, completion: str, item: Any, check: str) -> float | None:
@@ -88,7 +86,7 @@ def check_score(report: Report, task: Any, completion: str, item: Any, check: st
 
 
 def _short(item: Any) -> str:
-    text = repr(item)
+    text = redact.scrub(repr(item))
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -202,7 +200,7 @@ def sample_base_model(
         report.warnings.append(f"the base model could not be loaded ({type(exc).__name__}: {exc}); no answers sampled")
         return
     loaded = time.monotonic() - began
-    answers = []
+    answers: list[dict[str, Any]] = []
     torch.manual_seed(0)
     began = time.monotonic()
     for chat, item in zip(chats, held_out, strict=False):
@@ -223,8 +221,8 @@ def sample_base_model(
             value = check_score(report, task, completion, item, "base_model_answer")
             answers.append(
                 {
-                    "prompt": prompt_text(chat)[:200],
-                    "answer": completion[:200],
+                    "prompt": redact.scrub(prompt_text(chat))[:200],
+                    "answer": redact.scrub(completion)[:200],
                     "score": value,
                     "score_ms": round(1000 * (time.perf_counter() - t0), 3),
                 }
@@ -253,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--samples", type=int, default=4)
     ns = parser.parse_args(argv)
+    take_channels()  # the report pipe and the lifeline, before any of the user's code is imported
     file_path = ns.file.resolve()
     report = Report(file_path)
     try:
@@ -263,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         cls = load_class(file_path, ns.class_name, ns.project_root.resolve(), chdir=False)
     except Exception as exc:  # any import failure is the report
         report.problem("import", f"{file_path.name} does not import", exc)
-        print(report.dump())
+        write_report(report.data())
         return 0
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         report.facts["kind"] = "atropos"
@@ -271,19 +270,19 @@ def main(argv: list[str] | None = None) -> int:
             "an Atropos environment: it imports; its items and scores come from its own code at run time "
             "(rl_test_inference runs it against a model)"
         )
-        print(report.dump())
+        write_report(report.data())
         return 0
     report.facts["kind"] = "task"
     try:
         task = cls()
     except Exception as exc:  # the user's code
         report.problem("init", f"{ns.class_name}() raised", exc)
-        print(report.dump())
+        write_report(report.data())
         return 0
     report.facts["score_range"] = list(task.score_range)
     report.facts["max_tokens"] = task.max_tokens
     check_task(report, task, ns.model, ns.samples)
-    print(report.dump())
+    write_report(report.data())
     return 0
 
 

@@ -151,9 +151,14 @@ def is_task(ref: EnvironmentRef) -> bool:
 
 def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
     # the user's task file (and whatever it imports): only in processes that evaluate
+    from mcp_rl.environments.discovery import declared_env_vars
     from mcp_rl.environments.loader import load_task
+    from mcp_rl.settings import hide_keys_from_task_code
     from mcp_rl.task import Task
 
+    # This process (the trainer, an evaluation worker) holds keys its clients already have: the
+    # task's code does not see them unless it names them.
+    hide_keys_from_task_code(declared_env_vars(ref.file_path, ref.class_name))
     task = load_task(ref.file_path, ref.class_name, ref.project_root)
     problems = list(task.held_out_items())
     if not problems:

@@ -1,6 +1,7 @@
 """The held-out items' count, answer length and prompt size, for the estimate before a paid
 evaluation: `python -m mcp_rl.evaluation.item_stats NAME` ({"config": the run's env config,
-"source": its environment reference or null} as JSON on stdin) prints them as one JSON line.
+"source": its environment reference or null} as JSON on stdin) reports them (its report pipe:
+mcp_rl.environments.child).
 
 A child process, because making the items imports the environment module (atroposlib, torch):
 the server stays light, and the wait has a deadline.
@@ -9,12 +10,14 @@ the server stays light, and the wait has a deadline.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 from typing import Any
 
+from mcp_rl import redact
 from mcp_rl.costs.evaluation import ItemStats
+from mcp_rl.environments.child import run_child, take_channels, write_report
+from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings
@@ -52,27 +55,27 @@ def measure(
     with _LOCK:
         if key in _MEASURED:
             return _MEASURED[key]
-    argv = [sys.executable, "-m", "mcp_rl.evaluation.item_stats", environment]
-    try:
-        done = subprocess.run(
-            argv,
-            input=payload,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=settings.child_env(),
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    done = run_child(
+        settings,
+        "mcp_rl.evaluation.item_stats",
+        [environment],
+        env=settings.user_code_env(declared_env_vars(source.file_path, source.class_name)),
+        timeout_s=timeout_s,
+        what=f"counting {environment}'s held-out items",
+        stdin=payload.encode(),
+    )
+    if done.timed_out:
         raise UserError(
             f"Nothing was started: counting {environment}'s held-out items for the cost estimate took over "
             f"{timeout_s:g} s. Try again (the machine may be busy)."
-        ) from None
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    if done.returncode != 0 or not last.startswith("{"):
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        )
+    try:
+        stats = ItemStats.model_validate(done.report) if done.returncode == 0 else None
+    except ValueError:
+        stats = None
+    if stats is None:
+        tail = redact.scrub((done.stderr.last_lines(1) or [done.report_error or "no output"])[-1])[:300]
         raise UserError(f"Nothing was started: the held-out items of {environment} could not be counted ({tail}).")
-    stats = ItemStats.model_validate_json(last)
     with _LOCK:
         _MEASURED[key] = stats
     return stats
@@ -80,10 +83,11 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    take_channels()  # the report pipe and the lifeline, before the environment is imported
     payload = json.loads(sys.stdin.read() or "{}")
     source = payload.get("source")
     environment = EnvironmentRef.model_validate(source) if source else args[0]
-    print(item_stats(environment, payload.get("config") or {}).model_dump_json())
+    write_report(item_stats(environment, payload.get("config") or {}).model_dump(mode="json"))
     return 0
 
 

@@ -16,12 +16,12 @@ aggregate score compared unpaired.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S, EnvEvaluation, run_environment_evaluate, uses_own_evaluate
 from mcp_rl.evaluation.heldout import HeldOutSet, NoHeldOutItems, held_out_set
 from mcp_rl.evaluation.outcomes import (
@@ -50,6 +50,7 @@ from mcp_rl.rundir import (
     eval_outcomes_file,
     read_jsonl,
 )
+from mcp_rl.settings import Settings
 from mcp_rl.trainer.backends.base import Sampler, SamplingRequest
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,9 @@ class HeldOutEvaluator:
                 run_yaml=self.config.model_dump(mode="json"),
                 base_url=f"http://127.0.0.1:{port}/v1",
                 out_dir=self.run_dir / EVAL_DIR / f"env_step_{step:06d}",
-                child_env=dict(os.environ),  # the trainer's own (its run marker: the child is the run's)
+                # the environment's own code: the allow-list (with the run's marker: the child is the
+                # run's) and what it names; none of the trainer's keys
+                child_env=Settings.from_env().user_code_env(declared_env_vars(ref.file_path, ref.class_name)),
                 timeout_s=DEFAULT_TIMEOUT_S,
             )
         except Exception:

@@ -34,8 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.costs.evaluation import CHUNK_ITEMS, ModelPricing, cap_stop, evaluation_cost
+from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.evaluation.checkpoint_models import (
     OUTCOMES_DIR,
     RESULT_FILE,
@@ -276,7 +278,8 @@ class EvalWorker:
                 run_yaml={"env": self.spec.env_config, "openai": self.spec.openai},
                 base_url=f"http://127.0.0.1:{port}/v1",
                 out_dir=self.dir / "env" / model.slug,
-                child_env=self.settings.child_env(),
+                # the environment's own code: the allow-list and what it names, no key of ours
+                child_env=self.settings.user_code_env(declared_env_vars(env.file_path, env.class_name)),
                 model_name=model.id,
                 timeout_s=DEFAULT_TIMEOUT_S,
             )
@@ -480,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
     worker = EvalWorker(args.dir.resolve(), Settings.from_env())
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -13,12 +13,16 @@ class's `config_init()` is wrapped to return one server, and the YAML then decid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
+from mcp_rl import redact
 from mcp_rl.environments import failure_report
 from mcp_rl.environments.loader import load_env_class
+from mcp_rl.errors import UserError
+from mcp_rl.settings import Settings
 
 
 def one_server(servers: Any) -> tuple[list[Any], str | None]:
@@ -71,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
     env_file = ns.env_file.resolve()
+    # Its log is written through the scrubber, which knows the keys this process holds.
+    with contextlib.suppress(UserError):
+        Settings.from_env()
+    redact.scrub_std_streams()
     cls = load_env_class(env_file, ns.class_name, ns.project_root.resolve())
     point_at_config_server(cls)
     # What the environment raises is recorded beside the config, so the test names it.

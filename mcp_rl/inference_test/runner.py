@@ -28,13 +28,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.gateway import Budgets, Gateway, Lane, Preflight, preflight
@@ -115,11 +118,13 @@ def process_config(
     return {"env": env, "openai": openai}
 
 
-def child_env(settings: Settings, gateway_token: str) -> dict[str, str]:
-    """A process-mode child's environment: no secrets, only the token of the test's gateway."""
-    env = settings.child_env()
+def child_env(settings: Settings, gateway_token: str, named: Sequence[str] = ()) -> dict[str, str]:
+    """A process-mode child's environment (the environment's own code): the allow-list of
+    `Settings.user_code_env` with the variables it names, and the token of the test's gateway."""
+    env = settings.user_code_env(named)
     for name in _STRIPPED_ENV:
-        env.pop(name, None)
+        if name not in named:
+            env.pop(name, None)
     # Environments using managed_server() need this against OpenAI-type endpoints
     # (upstream bug 4): a dummy token tracker that is fine for scoring, not for training.
     env["ATROPOS_ALLOW_DUMMY_MANAGED_SERVER"] = "1"
@@ -469,7 +474,11 @@ class TestWorker:
         run.proc = spawn(
             process_argv(self.spec, config_path),
             run.log_path,
-            child_env(self.settings, self.gateway.token),
+            child_env(
+                self.settings,
+                self.gateway.token,
+                declared_env_vars(self.spec.environment.file_path, self.spec.environment.class_name),
+            ),
             cwd=run.folder,
         )
         ident = identify(run.proc.pid)
@@ -644,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
     worker = TestWorker(args.test_dir.resolve(), Settings.from_env())
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -112,6 +112,8 @@ class Job:
     finished_at: float | None = None
     result: Any = None
     error: BaseException | None = None
+    # Set to ask the work to stop (work that can be cancelled watches it, e.g. a validation).
+    cancel: threading.Event = field(default_factory=threading.Event)
 
     def running_for(self) -> float:
         return (self.finished_at or time.time()) - self.started_at
@@ -131,14 +133,14 @@ class Jobs:
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
 
-    def start(self, key: str, what: str, fn: Callable[[], Any]) -> Job:
+    def start(self, key: str, what: str, fn: Callable[[], Any], cancel: threading.Event | None = None) -> Job:
         """The job under `key`: the one in flight, or one that finished and is not collected yet
         (so a failure reaches the next call, which then forgets it), else a new one."""
         with self._lock:
             existing = self._jobs.get(key)
             if existing is not None and not self._stale(existing):
                 return existing
-            job = self._jobs[key] = Job(key=key, what=what)
+            job = self._jobs[key] = Job(key=key, what=what, cancel=cancel or threading.Event())
 
         def run() -> None:
             try:
@@ -196,12 +198,14 @@ async def run_within(
     fn: Callable[[], Any],
     budget: CallBudget,
     progress: Progress | None = None,
+    cancel: threading.Event | None = None,
 ) -> tuple[bool, Any, Job]:
-    """Run (or join) the job `key` and wait within the budget.
+    """Run (or join) the job `key` and wait within the budget. `cancel`: the event the work
+    watches, kept as the new job's `cancel` (a joined job keeps its own).
 
     Returns (finished, result, job); a finished job is forgotten and its error raised here.
     """
-    job = jobs.start(key, what, fn)
+    job = jobs.start(key, what, fn, cancel)
     if not await wait_job(job, budget, progress):
         return False, None, job
     jobs.forget(job)

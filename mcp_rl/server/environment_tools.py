@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,13 +17,14 @@ from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from mcp_rl.config import CurrentConfig, EditResult, config_revision
 from mcp_rl.costs.training import cost_preview
+from mcp_rl.environments.child import end_orphans
 from mcp_rl.environments.discovery import DuplicateName, EnvironmentInfo, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.scaffold import NewEnvironment, new_task_file
 from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.environments.validate import ValidationReport, validate
 from mcp_rl.errors import DamagedState, McpRlError, UserError, clip_message
-from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within
+from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within, wait_job
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.state import AppState
 from mcp_rl.settings import Settings
@@ -36,6 +39,8 @@ EditValue = Annotated[
     Scalar | list[Scalar] | dict[str, Any] | None,
     WithJsonSchema(TypeAdapter(Scalar | list[Scalar] | None).json_schema()),
 ]
+
+log = logging.getLogger(__name__)
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES_NEW_FILE = ToolAnnotations(
@@ -65,8 +70,9 @@ class EnvironmentEntry(BaseModel):
 class ValidateAnswer(BaseModel):
     """rl_validate_environment's answer."""
 
-    status: Literal["passed", "failed", "running"] = Field(
-        description="passed: no problem found; failed: see report.problems; running: call again to collect."
+    status: Literal["passed", "failed", "running", "cancelled"] = Field(
+        description="passed: no problem found; failed: see report.problems; running: call again to collect; "
+        "cancelled: stopped by cancel=true (nothing of it is left running)."
     )
     environment: str
     message: str
@@ -166,10 +172,12 @@ async def selected_spec_ready(
         )
 
 
-def _validated(settings: Settings, env: EnvironmentInfo, sample: bool) -> ValidationReport:
+def _validated(
+    settings: Settings, env: EnvironmentInfo, sample: bool, cancel: threading.Event
+) -> ValidationReport:
     """validate(), with a reason when the child's report cannot be read (never a bare error)."""
     try:
-        return validate(settings, env, sample=sample)
+        return validate(settings, env, sample=sample, cancel=cancel)
     except McpRlError:
         raise
     except (ValueError, TypeError) as exc:  # json or pydantic: what the child printed last is not a report
@@ -191,6 +199,31 @@ def _matches(text: str | None, *fields: str) -> bool:
     return text is None or text.strip().lower() in "\n".join(fields).lower()
 
 
+async def _cancel_validation(jobs: Jobs, keys: list[str], name: str, budget: CallBudget) -> ValidateAnswer:
+    """Stop the validations of `name` still running (their child and all it started end)."""
+    running = [job for key in keys if (job := jobs.get(key)) is not None and not job.done.is_set()]
+    for job in running:
+        job.cancel.set()
+    for job in running:
+        if await wait_job(job, budget):
+            jobs.forget(job)
+    if not running:
+        return ValidateAnswer(
+            status="cancelled", environment=name, message=f"No validation of {name} was running: nothing to cancel."
+        )
+    left = [job for job in running if not job.done.is_set()]
+    return ValidateAnswer(
+        status="running" if left else "cancelled",
+        environment=name,
+        message=(
+            f"Cancelling the validation of {name}: it is still ending; call rl_validate_environment('{name}', "
+            "cancel=true) again to see it ended."
+            if left
+            else f"The validation of {name} was cancelled: its process and everything it started have ended."
+        ),
+    )
+
+
 def register(mcp: MCPServer, state: AppState) -> None:
     service = state.environments
     # Stops the introspection worker (a child process of ours) when the server stops.
@@ -198,6 +231,21 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
     jobs = state.jobs
     budget_s = state.settings.tool_time_budget_s
+
+    async def end_orphaned_children() -> None:
+        """A validation (or other user-code child) whose server was killed is ended by its marker.
+        On a daemon thread: the start-up does not wait for it."""
+
+        def work() -> None:
+            try:
+                for what in end_orphans(state.settings):
+                    log.info("ended %s, left by a server that died", what)
+            except Exception:
+                log.exception("ending orphaned children failed")
+
+        threading.Thread(target=work, name="end-orphans", daemon=True).start()
+
+    state.startup_hooks.append(end_orphaned_children)
 
     @mcp.tool(title="List training environments", annotations=READ_ONLY)
     @tool_errors
@@ -340,6 +388,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
             bool,
             Field(description="Also score a few answers the local base model samples (free; adds ~10-30 s)."),
         ] = True,
+        cancel: Annotated[
+            bool,
+            Field(description="Stop a validation of this name still running in the background (and all it started)."),
+        ] = False,
     ) -> ValidateAnswer:
         """Check a task (or environment) file before any run, in a child process; free (no paid call).
 
@@ -350,25 +402,32 @@ def register(mcp: MCPServer, state: AppState) -> None:
         line; so are non-finite or out-of-range scores and a file that does not import. An Atropos
         environment is only imported (rl_test_inference runs it). The result is recorded: a start
         of a task that never passed validation says so in its notes. If the check outlasts this
-        call, the answer says status 'running': call again with the same name to collect it.
+        call, the answer says status 'running': call again with the same name to collect it, or
+        with cancel=true to stop it. The task's code runs with no key of the server's unless its
+        `env_vars` names it, and keys are removed from the report.
         """
         budget = CallBudget(budget_s)
         progress = Progress(ctx, budget)
         env = await anyio.to_thread.run_sync(service.get, name)
+        keys = {flag: f"validate:{env.file_path}:{env.class_name}:{flag}" for flag in (True, False)}
+        if cancel:
+            return await _cancel_validation(jobs, [keys[True], keys[False]], name, budget)
+        cancel_event = threading.Event()
         done, report, job = await run_within(
             jobs,
-            f"validate:{env.file_path}:{env.class_name}:{sample_base_model}",
+            keys[sample_base_model],
             f"validating {name}",
-            lambda: _validated(state.settings, env, sample_base_model),
+            lambda: _validated(state.settings, env, sample_base_model, cancel_event),
             budget,
             progress,
+            cancel=cancel_event,
         )
         if not done:
             return ValidateAnswer(
                 status="running",
                 environment=name,
                 message=f"Still validating {name} ({job.running_for():.0f} s so far; it goes on in the background): "
-                f"call rl_validate_environment('{name}') again to collect the report.",
+                f"call rl_validate_environment('{name}') again to collect the report (cancel=true stops it).",
             )
         return ValidateAnswer(
             status="passed" if report.ok else "failed",

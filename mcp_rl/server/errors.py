@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
+from mcp_rl import redact
 from mcp_rl.errors import Exploring, McpRlError, NotFound, clip_message
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,7 +29,7 @@ def tool_errors(fn: F) -> F:
             except Exploring:
                 raise
             except McpRlError as exc:
-                raise ToolError(clip_message(str(exc))) from exc
+                raise ToolError(clip_message(redact.scrub(str(exc)))) from exc
 
         return async_wrapper  # type: ignore[return-value]
 
@@ -39,7 +40,7 @@ def tool_errors(fn: F) -> F:
         except Exploring:
             raise
         except McpRlError as exc:
-            raise ToolError(clip_message(str(exc))) from exc
+            raise ToolError(clip_message(redact.scrub(str(exc)))) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -54,7 +55,7 @@ def resource_errors(fn: F) -> F:
             try:
                 return await fn(*args, **kwargs)
             except NotFound as exc:
-                raise ResourceNotFoundError(clip_message(str(exc))) from exc
+                raise ResourceNotFoundError(clip_message(redact.scrub(str(exc)))) from exc
 
         return async_wrapper  # type: ignore[return-value]
 
@@ -63,6 +64,6 @@ def resource_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except NotFound as exc:
-            raise ResourceNotFoundError(clip_message(str(exc))) from exc
+            raise ResourceNotFoundError(clip_message(redact.scrub(str(exc)))) from exc
 
     return wrapper  # type: ignore[return-value]

@@ -28,6 +28,7 @@ handler a tool module sets later (`set_request_handler`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -43,6 +44,7 @@ from mcp.types import (
     Completion,
     CompletionArgument,
     CompletionContext,
+    InputRequiredResult,
     SetLevelRequestParams,
     SubscribeRequestParams,
     UnsubscribeRequestParams,
@@ -51,7 +53,9 @@ from mcp.types import Tool as MCPTool
 from mcp_types import PARSE_ERROR, SERVER_INFO_META_KEY, DiscoverResult
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
+from mcp_rl import redact
 from mcp_rl.server import tool_catalog
 from mcp_rl.server.exploring import exploring_cause, exploring_result, output_schema_with_answer
 from mcp_rl.server.schema_formats import standard_formats
@@ -229,12 +233,15 @@ class RlServer(MCPServer):
         if tool is not None:
             arguments = checked_arguments(name, arguments, tool.input_schema)
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as exc:
             exploring = exploring_cause(exc)
             if exploring is None:
+                if redact.has_secret(str(exc)):
+                    raise type(exc)(redact.scrub(str(exc))) from None
                 raise
-            return await anyio.to_thread.run_sync(exploring_result, exploring, self.app_settings)
+            result = await anyio.to_thread.run_sync(exploring_result, exploring, self.app_settings)
+        return scrubbed_result(result)
 
     # --- everything else waits for the surface -----------------------------------------------
     async def list_resources(self) -> Any:
@@ -247,7 +254,14 @@ class RlServer(MCPServer):
 
     async def read_resource(self, *args: Any, **kwargs: Any) -> Any:
         await self.ready()
-        return await super().read_resource(*args, **kwargs)
+        contents = await super().read_resource(*args, **kwargs)
+        if isinstance(contents, InputRequiredResult):
+            return contents
+        # Resources (run logs, reports) leave the process too: scrubbed like tool answers.
+        return [
+            dataclasses.replace(c, content=redact.scrub(c.content)) if isinstance(c.content, str) else c
+            for c in contents
+        ]
 
     async def list_prompts(self) -> Any:
         await self.ready()
@@ -297,3 +311,13 @@ def client_of(session: Any) -> object:
     once by its handshake. A session with none (no handshake) stands for itself."""
     params = session.client_params
     return params if params is not None else session
+
+
+def scrubbed_result(result: Any) -> Any:
+    """Every tool answer leaves through here: with any key mcp-rl holds (in any of its common
+    forms) replaced by `[redacted NAME]` (mcp_rl.redact). Answers without one are returned as
+    they are (one search over their JSON)."""
+    if not isinstance(result, BaseModel) or not redact.has_secret(result.model_dump_json(by_alias=True)):
+        return result
+    data = redact.scrub_json(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return type(result).model_validate(data)

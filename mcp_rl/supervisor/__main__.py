@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from mcp_rl import processes
+from mcp_rl import processes, redact
 from mcp_rl.ports import allocate_ports
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import RUN_FILE
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None, build: Callable[..., list[ProcessSpec]] 
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
 
     # Signal handlers only record the request; the supervising loop acts on it.
     stop = threading.Event()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from mcp_rl.config.options import checked_tinker_url
+from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.ports import HOST
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
@@ -46,6 +47,14 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     # W&B (offline mode too) writes its files under the run, never into the environment's project.
     env = settings.child_env(WANDB_DIR=str(run_dir))
     trainer_env = _tinker_env(config, settings, env) if config.trainer.backend == "tinker" else env
+    # The environment runs the user's code: the allow-list and the variables it names, no key of
+    # ours but W&B's when the run logs to W&B (Atropos logs the environment's rollouts from there).
+    named = declared_env_vars(config.environment.file_path, config.environment.class_name)
+    if config.trainer.wandb.enabled:
+        named.append("WANDB_API_KEY")
+    env_env = settings.user_code_env(named, WANDB_DIR=str(run_dir))
+    # run-api is Atropos's own server: it needs no key either.
+    api_env = settings.user_code_env(WANDB_DIR=str(run_dir))
     python = sys.executable
     release_file = run_dir / ".env-start"
     release_file.unlink(missing_ok=True)
@@ -55,7 +64,7 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
             # `run-api` itself, through the interpreter so PATH does not matter; bound to loopback.
             argv=[python, "-m", "atroposlib.cli.run_api", "--host", HOST, "--port", str(api_port)],
             log_path=log_path(config, "api"),
-            env=env,
+            env=api_env,
             cwd=run_dir,
             port=api_port,
             ready=readiness.api_up(api_port),
@@ -93,7 +102,7 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
                 str(config_path),
             ],
             log_path=log_path(config, "env"),
-            env=env,
+            env=env_env,
             cwd=config.environment.project_root,
             # Its imports (atroposlib, the tokenizer: seconds) overlap the others' start-up;
             # `serve` begins when the trainer is ready and the supervisor creates the file.

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 from pydantic import BaseModel, ValidationError
 
+from mcp_rl import redact
 from mcp_rl.errors import DamagedState, UserError, clip, clip_message
 from mcp_rl.locking import LockTimeout, exclusive_lock, shared_lock
 from mcp_rl.runconfig import RunConfig
@@ -172,6 +173,11 @@ class EventRecord(BaseModel):
 
 _RUN_FIELDS = frozenset(RunRecord.model_fields) - {"run_id"}
 _PROCESS_FIELDS = frozenset(ProcessRecord.model_fields) - {"run_id", "name"}
+
+
+def _scrubbed(cause: str | None) -> str | None:
+    """A cause as it may be stored: without any key (it may quote what a task raised)."""
+    return redact.scrub(cause) if cause else cause
 
 
 def _is_damage(exc: sqlite3.Error, path: Path) -> bool:
@@ -380,7 +386,8 @@ class Registry:
     # --- runs ------------------------------------------------------------------------------
     @_guarded
     def create_run(self, record: RunRecord, cause: str | None = None) -> None:
-        data = record.model_dump(mode="json")
+        cause = _scrubbed(cause)
+        data = redact.scrub_json(record.model_dump(mode="json"))
         columns = ", ".join(data)
         marks = ", ".join("?" for _ in data)
         with self._write() as db:
@@ -431,6 +438,7 @@ class Registry:
         The check and the write are one statement, so concurrent writers are safe.
         """
         allowed = ALLOWED_FROM[new]
+        cause = _scrubbed(cause)
         now = time.time()
         extra = ""
         if new == RunState.RUNNING:
@@ -464,6 +472,8 @@ class Registry:
         unknown = set(fields) - _PROCESS_FIELDS
         if unknown:
             raise ValueError(f"unknown process fields: {sorted(unknown)}")
+        cause = _scrubbed(cause)
+        fields = {k: redact.scrub(v) if type(v) is str else v for k, v in fields.items()}
         now = time.time()
         with self._write() as db:
             db.execute(
@@ -532,7 +542,7 @@ class Registry:
 def _event(db: sqlite3.Connection, run_id: str, subject: str, state: str, cause: str | None, when: float) -> None:
     db.execute(
         "INSERT INTO run_events (run_id, time, subject, state, cause) VALUES (?, ?, ?, ?, ?)",
-        (run_id, when, subject, str(state), cause),
+        (run_id, when, subject, str(state), _scrubbed(cause)),
     )
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from mcp_rl import processes
+from mcp_rl import processes, redact
 from mcp_rl.errors import LaunchError
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launchers import JOB_STOP_MARGIN_S, launcher_for
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cause", default="stopped on request (supervisor gone)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s stopper: %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
     settings = Settings.from_env()
     registry = registry_for(settings)
     run = registry.get_run(args.run_id)

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 
+from mcp_rl import redact
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 
@@ -25,6 +26,8 @@ def start_process() -> Settings | None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Idle OpenMP threads sleep instead of spinning on a shared CPU.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.rundir import (
     ROLLOUTS_FILE,
@@ -76,7 +77,8 @@ class RunRecorder:
 
     def _write_status_locked(self) -> None:
         self.status = self.status.model_copy(update={"heartbeat": time.time()})
-        write_text_atomic(self.paths.trainer_status, self.status.model_dump_json(indent=2) + "\n")
+        # scrubbed: an error it records may quote what the environment raised (mcp_rl.redact)
+        write_text_atomic(self.paths.trainer_status, redact.scrub(self.status.model_dump_json(indent=2)) + "\n")
 
     def metrics(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
         line = {STEP_KEY: step, TIME_KEY: time.time(), **values}

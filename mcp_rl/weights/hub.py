@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mcp_rl import redact
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 
@@ -48,10 +49,14 @@ HIDDEN = "***"
 
 
 def scrub(text: str, *secrets: str | None) -> str:
-    """`text` with every given secret, bearer credential and Hugging Face token replaced by ***."""
+    """`text` with every given secret, bearer credential and Hugging Face token replaced by ***,
+    and (mcp_rl.redact) every key this process knows in its other forms: without its `hf_`
+    prefix, base64, URL-encoded."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, HIDDEN)
+            redact.learn("a Hub or service token", secret)  # e.g. the token of `hf auth login`
+    text = redact.scrub(text)
     return _HF_TOKEN.sub(HIDDEN, _BEARER.sub(lambda m: m.group(1) + HIDDEN, text))
 
 

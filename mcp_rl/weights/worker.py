@@ -16,6 +16,7 @@ from typing import TextIO
 
 import psutil
 
+from mcp_rl import redact
 from mcp_rl.costs.exports import export_cost
 from mcp_rl.settings import Settings
 from mcp_rl.weights.export import ExportSpec, existing_result, export
@@ -123,6 +124,7 @@ def main() -> int:
     sys.stdout = _Scrubbed(sys.stdout, secrets)
     sys.stderr = _Scrubbed(sys.stderr, secrets)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
     try:
         return run(Path(sys.argv[1]), settings)
     finally:

@@ -6,8 +6,10 @@ refused before any export work."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,26 @@ def test_scrub_hides_the_token_in_headers_bodies_and_urls() -> None:
     text = json.dumps({"authorization": f"Bearer {TOKEN}", "url": f"https://hub/x?token={TOKEN}"})
     assert TOKEN not in scrub(text, TOKEN) and TOKEN not in scrub(text)
     assert scrub("Authorization: Bearer abc.def-1") == "Authorization: Bearer ***"
+
+
+def test_scrub_hides_the_token_without_its_prefix_and_encoded() -> None:
+    """A Hub error may echo the token as the Hub saw it: its random part alone, base64 in a basic
+    auth header, or URL-encoded in a query."""
+    token = "hf_Qw3rTy7UiOp9AsDfGhJkLzXcVbNm12"
+    bare = token.removeprefix("hf_")
+    echoes = [
+        f"invalid credentials: {bare}",
+        f"Authorization: Basic {base64.b64encode(f'user:{token}'.encode()).decode()}",
+        f"token b64={base64.urlsafe_b64encode(token.encode()).decode().rstrip('=')}",
+        f"https://hub/api?t={urllib.parse.quote(token + '/x', safe='')}",
+    ]
+    for echo in echoes:
+        out = scrub(echo, token)
+        assert bare not in out and bare[:12] not in out, out
+        for word in out.replace("=", " ").split():  # nothing left decodes to the token either
+            for decode in (base64.b64decode, base64.urlsafe_b64decode):
+                try:
+                    decoded = decode(word + "=" * (-len(word) % 4)).decode("utf-8", "replace")
+                except ValueError:
+                    continue
+                assert bare[:12] not in decoded, (echo, out)
