@@ -79,6 +79,8 @@ class TrainerSettings(BaseModel):
     save_checkpoint_interval: int = Field(default=0, ge=0, description="0: only the final checkpoint.")
     # Held-out evaluation: before the first step, after the last, and every eval_every steps (0: ends only).
     eval_every: int = Field(default=0, ge=0)
+    # The metric of an environment's own evaluate() that stands for it (None: the documented rule).
+    eval_metric: str | None = None
     # Local checkpoints kept besides the final and the kept ones (0: all).
     keep_last_checkpoints: int = Field(default=3, ge=0)
     # Paid backends: the estimated USD the run may spend (None: no cap).
