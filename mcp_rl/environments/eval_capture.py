@@ -24,8 +24,8 @@ public Atropos environments report one, each line of `captured_metrics.jsonl` ta
                    `use_wandb` on so reports guarded by it or by `wandb.run` are made)
 
 and, once evaluate() returns, the size of the instance's eval split when it has one (`eval_split`
-lines; see `eval_split_sizes`). Which metric stands for the evaluation is decided by the reader
-(mcp_rl.evaluation.env_eval.choose_metric).
+lines; see `eval_split_sizes`). Which metric stands for the evaluation: `choose_metric` (METRIC_RULE), here beside the file it
+reads, used by mcp_rl.evaluation.env_eval and by the validator.
 
 atroposlib and wandb are imported inside the install functions (the environment process has them).
 """
@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -42,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.metrics.env_metrics import append_metrics, numeric_metrics
-from mcp_rl.rundir import ENV_METRICS_FILE, RUN_FILE
+from mcp_rl.rundir import ENV_METRICS_FILE, RUN_FILE, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,28 @@ MARK = "__mcp_rl_capture__"
 CAPTURED_FILE = "captured_metrics.jsonl"
 EVALUATE_CONFIG_FILE = "evaluate.yaml"  # the evaluate mode's config, written by env_eval
 SPLIT_SOURCE = "eval_split"
+METRICS_FILE = "metrics.json"  # BaseEnv.evaluate_log writes its metrics there (data_dir_to_save_evals)
+# The rule for the metric of an aggregate-only evaluation, tier by tier (a name is matched
+# lower-cased; its last `/` part for `exact` and `suffix`): the first tier with a candidate wins;
+# within a tier, names holding an `eval` or `test` word first, then by source (Source's order),
+# then by name. A candidate is a value in [0, 1] (a proportion: a count or a 0-100 percentage is
+# not compared as one) whose name has none of the words of NOT_A_SCORE.
+METRIC_RULE: tuple[tuple[str, str], ...] = (
+    ("full", "eval/percent_correct"),
+    ("suffix", "percent_correct"),
+    ("exact", "accuracy"),
+    ("exact", "acc"),
+    ("contains", "accuracy"),
+    ("contains", "acc"),
+    ("contains", "correct"),
+    ("contains", "pass"),
+    ("contains", "success"),
+    ("contains", "score"),
+    ("contains", "reward"),
+)
+NOT_A_SCORE = frozenset(
+    "std stderr var variance min max count total num n time seconds secs length lengths len tokens".split()
+)
 # Instance attributes never taken for an eval split (Atropos's own bookkeeping).
 _NOT_SPLITS = ("eval_metrics", "eval_workers", "eval_runner", "eval_handling")
 
@@ -238,6 +262,86 @@ def _install_evaluate(cls: Any) -> None:
 
     setattr(evaluate, MARK, True)
     cls.evaluate = evaluate
+
+
+# --- reading what was captured ----------------------------------------------------------------
+def numbers_of(row: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers of a report, without the capture's own `step` and `time`."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(float(value)):
+            out[str(key)] = float(value)
+    for key in ("step", "time"):
+        out.pop(key, None)
+    return out
+
+
+def read_reports(out_dir: Path) -> tuple[list[tuple[Source, dict[str, float]]], dict[str, int]]:
+    """The reports captured in `out_dir` in Source order (each source's calls merged, later calls
+    winning), and the eval-split sizes seen."""
+    merged: dict[Source, dict[str, float]] = {}
+    sizes: dict[str, int] = {}
+    for row in read_jsonl(out_dir / CAPTURED_FILE).rows:
+        if row.get("source") == SPLIT_SOURCE and isinstance(row.get("sizes"), dict):
+            sizes.update({str(k): int(v) for k, v in row["sizes"].items() if isinstance(v, int)})
+            continue
+        try:
+            source = Source(str(row.get("source")))
+        except ValueError:
+            continue
+        if isinstance(row.get("metrics"), dict):
+            merged.setdefault(source, {}).update(numbers_of(row["metrics"]))
+    try:
+        data = json.loads((out_dir / METRICS_FILE).read_text(encoding="utf-8"))
+        logged = numbers_of(((data.get("results") or {}).get("all")) or {})
+        merged[Source.EVALUATE_LOG] = {**logged, **merged.get(Source.EVALUATE_LOG, {})}
+    except (OSError, ValueError, AttributeError):
+        pass
+    return [(source, merged[source]) for source in Source if merged.get(source)], sizes
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+
+
+def _tier_match(kind: str, pattern: str, name: str) -> bool:
+    lowered = name.lower()
+    last = lowered.rsplit("/", 1)[-1]
+    if kind == "full":
+        return lowered == pattern
+    if kind == "suffix":
+        return last.endswith(pattern)
+    if kind == "exact":
+        return last == pattern
+    return pattern in lowered
+
+
+def choose_metric(
+    reports: list[tuple[Source, dict[str, float]]], named: str | None = None
+) -> tuple[str, float, Source] | None:
+    """(name, value, source) of the metric that stands for the evaluation: `named` (exactly, or
+    as the last `/` part of a reported name) when given, else the first by METRIC_RULE."""
+    if named is not None:
+        for exact in (True, False):
+            for source, metrics in reports:
+                for name in sorted(metrics):
+                    if name == named if exact else name.rsplit("/", 1)[-1] == named:
+                        return name, metrics[name], source
+        return None
+    order = {source: i for i, source in enumerate(Source)}
+    candidates = [
+        (name, value, source)
+        for source, metrics in reports
+        for name, value in metrics.items()
+        if 0.0 <= value <= 1.0 and not NOT_A_SCORE.intersection(_words(name))
+    ]
+    for kind, pattern in METRIC_RULE:
+        tier = [c for c in candidates if _tier_match(kind, pattern, c[0])]
+        if tier:
+            return min(tier, key=lambda c: (not {"eval", "test"} & set(_words(c[0])), order[c[2]], c[0]))
+    return None
 
 
 def install_for_run(mode: str, env_args: Sequence[str]) -> Path | None:

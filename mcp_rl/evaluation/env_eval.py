@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import math
-import re
 import subprocess
 import sys
 import time
@@ -41,13 +39,20 @@ from typing import Any
 
 import yaml
 
-from mcp_rl.environments.eval_capture import CAPTURED_FILE, EVALUATE_CONFIG_FILE, SPLIT_SOURCE, Source
+from mcp_rl.environments.eval_capture import (
+    CAPTURED_FILE,
+    EVALUATE_CONFIG_FILE,
+    METRIC_RULE,
+    METRICS_FILE,
+    Source,
+    choose_metric,
+    read_reports,
+)
 from mcp_rl.evaluation.outcomes import ItemOutcome
 from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.rundir import read_jsonl
 
 SAMPLES_FILE = "samples.jsonl"  # BaseEnv.evaluate_log writes these two into data_dir_to_save_evals
-METRICS_FILE = "metrics.json"
 CONFIG_FILE = EVALUATE_CONFIG_FILE
 NO_SCORE_FILE = "no_score.txt"  # why an evaluation gave no figures, with what it reported (the note shows it)
 LOG_FILE = "evaluate.log"
@@ -59,27 +64,6 @@ ID_KEYS = ("id", "item_id", "uid", "idx", "index", "question", "prompt", "proble
 # A label per sample (a mixture's dataset): held-out figures are also given per label.
 GROUP_KEYS = ("dataset", "group", "category", "task", "subset")
 COMPLETION_KEYS = ("completion", "response", "model_response", "output", "generation", "answer_text")
-# The rule for the metric of an aggregate-only evaluation, tier by tier (a name is matched
-# lower-cased; its last `/` part for `exact` and `suffix`): the first tier with a candidate wins;
-# within a tier, names holding an `eval` or `test` word first, then by source (Source's order),
-# then by name. A candidate is a value in [0, 1] (a proportion: a count or a 0-100 percentage is
-# not compared as one) whose name has none of the words of NOT_A_SCORE.
-METRIC_RULE: tuple[tuple[str, str], ...] = (
-    ("full", "eval/percent_correct"),
-    ("suffix", "percent_correct"),
-    ("exact", "accuracy"),
-    ("exact", "acc"),
-    ("contains", "accuracy"),
-    ("contains", "acc"),
-    ("contains", "correct"),
-    ("contains", "pass"),
-    ("contains", "success"),
-    ("contains", "score"),
-    ("contains", "reward"),
-)
-NOT_A_SCORE = frozenset(
-    "std stderr var variance min max count total num n time seconds secs length lengths len tokens".split()
-)
 N_KEYS = ("n", "eval/n", "num_samples", "eval/num_samples", "total", "eval/total", "total_evaluated", "count")
 DEFAULT_TIMEOUT_S = 1800.0
 STOP_GRACE_S = 5.0
@@ -303,72 +287,6 @@ def read_evaluation(out_dir: Path, metric: str | None = None) -> EnvEvaluation:
     )
 
 
-def read_reports(out_dir: Path) -> tuple[list[tuple[Source, dict[str, float]]], dict[str, int]]:
-    """The reports captured in `out_dir` in Source order (each source's calls merged, later calls
-    winning), and the eval-split sizes seen."""
-    merged: dict[Source, dict[str, float]] = {}
-    sizes: dict[str, int] = {}
-    for row in read_jsonl(out_dir / CAPTURED_FILE).rows:
-        if row.get("source") == SPLIT_SOURCE and isinstance(row.get("sizes"), dict):
-            sizes.update({str(k): int(v) for k, v in row["sizes"].items() if isinstance(v, int)})
-            continue
-        try:
-            source = Source(str(row.get("source")))
-        except ValueError:
-            continue
-        if isinstance(row.get("metrics"), dict):
-            merged.setdefault(source, {}).update(_numbers(row["metrics"]))
-    try:
-        data = json.loads((out_dir / METRICS_FILE).read_text(encoding="utf-8"))
-        logged = _numbers(((data.get("results") or {}).get("all")) or {})
-        merged[Source.EVALUATE_LOG] = {**logged, **merged.get(Source.EVALUATE_LOG, {})}
-    except (OSError, ValueError, AttributeError):
-        pass
-    return [(source, merged[source]) for source in Source if merged.get(source)], sizes
-
-
-def _words(name: str) -> list[str]:
-    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-
-
-def _tier_match(kind: str, pattern: str, name: str) -> bool:
-    lowered = name.lower()
-    last = lowered.rsplit("/", 1)[-1]
-    if kind == "full":
-        return lowered == pattern
-    if kind == "suffix":
-        return last.endswith(pattern)
-    if kind == "exact":
-        return last == pattern
-    return pattern in lowered
-
-
-def choose_metric(
-    reports: list[tuple[Source, dict[str, float]]], named: str | None = None
-) -> tuple[str, float, Source] | None:
-    """(name, value, source) of the metric that stands for the evaluation: `named` (exactly, or
-    as the last `/` part of a reported name) when given, else the first by METRIC_RULE."""
-    if named is not None:
-        for exact in (True, False):
-            for source, metrics in reports:
-                for name in sorted(metrics):
-                    if name == named if exact else name.rsplit("/", 1)[-1] == named:
-                        return name, metrics[name], source
-        return None
-    order = {source: i for i, source in enumerate(Source)}
-    candidates = [
-        (name, value, source)
-        for source, metrics in reports
-        for name, value in metrics.items()
-        if 0.0 <= value <= 1.0 and not NOT_A_SCORE.intersection(_words(name))
-    ]
-    for kind, pattern in METRIC_RULE:
-        tier = [c for c in candidates if _tier_match(kind, pattern, c[0])]
-        if tier:
-            return min(tier, key=lambda c: (not {"eval", "test"} & set(_words(c[0])), order[c[2]], c[0]))
-    return None
-
-
 def _n_of(
     reports: list[tuple[Source, dict[str, float]]],
     source: Source,
@@ -408,18 +326,6 @@ def _nothing_found(
         f"{rule}). Seen: {seen}. Name the metric to use with rl_edit_config('eval_metric', <name>), or pass "
         "per-item `samples` (each with a `score`) to self.evaluate_log(...)"
     )
-
-
-def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in row.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if math.isfinite(float(value)):
-            out[str(key)] = float(value)
-    for key in ("step", "time"):
-        out.pop(key, None)
-    return out
 
 
 def _n_metric(metrics: Mapping[str, float]) -> tuple[str, int] | None:

@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.environments.eval_capture import Source, eval_split_sizes, pending_eval_metrics, returned_metrics
-from mcp_rl.evaluation.env_eval import EnvEvaluateError, choose_metric, read_evaluation, run_environment_evaluate
+from mcp_rl.environments.eval_capture import (
+    Source,
+    choose_metric,
+    eval_split_sizes,
+    pending_eval_metrics,
+    returned_metrics,
+)
+from mcp_rl.evaluation.env_eval import EnvEvaluateError, read_evaluation, run_environment_evaluate
 from tests.fakes.fake_openrouter import FakeOpenRouter
 
 STYLES = Path(__file__).resolve().parents[1] / "fixtures" / "envs" / "report_styles"
