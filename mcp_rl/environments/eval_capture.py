@@ -370,6 +370,17 @@ def install_for_evaluate(cls: Any, mode: str, env_args: Sequence[str]) -> Path |
     return _Sinks.evaluation
 
 
+def install_for_check(cls: Any, folder: Path) -> Path:
+    """The validator's run of an environment (validate_atropos): the evaluation hooks, writing to
+    `folder`'s capture file. Returns it."""
+    _Sinks.evaluation = folder / CAPTURED_FILE
+    _install_wandb_log()
+    _install_evaluate_log()
+    _install_wandb()
+    _install_evaluate(cls)
+    return _Sinks.evaluation
+
+
 def _option(args: Sequence[str], name: str) -> str | None:
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):
