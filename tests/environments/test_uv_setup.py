@@ -21,7 +21,7 @@ ENSURE_UV = (
     "&& uv python find --help 2>/dev/null | grep -q -- '--script'; }; "
     "uv_supports_scripts || { echo 'would install uv into ~/.local/bin' >&2; exit 3; }"
 )
-FAKE_UV = "#!/bin/sh\necho \"usage: uv $1 [--script SCRIPT]\"\n"
+FAKE_UV = '#!/bin/sh\necho "usage: uv $1 [--script SCRIPT]"\n'
 
 
 def _family(tmp_path: Path) -> tuple[Path, Path]:
