@@ -74,8 +74,10 @@ METRIC_RULE: tuple[tuple[str, str], ...] = (
 NOT_A_SCORE = frozenset(
     "std stderr var variance min max count total num n time seconds secs length lengths len tokens".split()
 )
-# Instance attributes never taken for an eval split (Atropos's own bookkeeping).
+# Instance attributes never taken for an eval split: Atropos's own bookkeeping, and what an
+# evaluation produces rather than plays (its scores, metrics, results).
 _NOT_SPLITS = ("eval_metrics", "eval_workers", "eval_runner", "eval_handling")
+_NOT_SPLIT_WORDS = ("score", "metric", "result", "reward", "correct", "worker", "runner")
 
 
 class Source(StrEnum):
@@ -150,11 +152,14 @@ def returned_metrics(result: Any) -> Mapping[str, Any] | None:
 
 def eval_split_sizes(instance: Any) -> dict[str, int]:
     """Sizes of the instance's attributes that look like an eval split: a name holding `eval` or
-    `test` (Atropos's own bookkeeping excluded) and a sized, non-text, non-mapping value."""
+    `test` (not Atropos's bookkeeping, nor a name holding score, metric, result, reward, correct)
+    and a sized, non-text, non-mapping value."""
     found: dict[str, int] = {}
     for name, value in sorted(vars(instance).items()):
         lowered = name.lower()
         if name in _NOT_SPLITS or not ("eval" in lowered or "test" in lowered):
+            continue
+        if any(word in lowered for word in _NOT_SPLIT_WORDS):
             continue
         if isinstance(value, str | bytes | Mapping) or not hasattr(value, "__len__"):
             continue

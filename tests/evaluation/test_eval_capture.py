@@ -145,6 +145,7 @@ def test_hook_helpers_read_the_shapes_public_environments_use() -> None:
             self.test = list(range(7))
             self.eval_metrics = [1, 2]  # Atropos's bookkeeping, not a split
             self.eval_prompt = "not sized data"
+            self.eval_scores = [1.0, 0.0]  # what evaluate() produced, not what it plays
             self.train = list(range(100))
             self.testing = False
 
