@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,32 @@ def test_non_finite_and_varied_scores_are_told_apart() -> None:
     varied = Findings(Path("x.py"))
     _check_scores(varied, {"scores": [0.0, 1.0, 1.0, 0.5]})
     assert not varied.problems and not varied.warnings and varied.facts["scores"] == [0.0, 1.0, 1.0, 0.5]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_rl_validate_environment_runs_it_against_the_local_model(home: Path, model_dir: Path) -> None:
+    from mcp import Client
+
+    from tests.conftest import stdio_params
+    from tests.mcp_helpers import ok
+
+    params = stdio_params(home, MCP_RL_MODEL=str(model_dir), MCP_RL_ENV_PATHS=str(CHECKS))
+    answers = {}
+    async with Client(params) as client:
+        for name in ("zero_division", "constant_reward"):
+            began = time.monotonic()
+            answer = await ok(client, "rl_validate_environment", {"name": name})
+            while answer["status"] == "running":  # longer than one call: collected by calling again
+                assert time.monotonic() - began < 300
+                answer = await ok(client, "rl_validate_environment", {"name": name})
+            answers[name] = answer
+            print(f"{name}: validated in {time.monotonic() - began:.1f} s")
+    broken = answers["zero_division"]
+    assert broken["status"] == "failed" and "ZeroDivisionError" in broken["message"]
+    (problem,) = broken["report"]["problems"]
+    assert problem["file"].endswith("zero_division.py") and problem["line"] is not None
+    flat = answers["constant_reward"]
+    assert flat["status"] == "passed" and any("no signal" in w for w in flat["report"]["warnings"])
+    facts = flat["report"]["atropos"]
+    assert facts["group_seconds"] > 0 and facts["evaluate"]["metric"] == "accuracy"

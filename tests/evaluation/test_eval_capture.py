@@ -150,3 +150,22 @@ def test_hook_helpers_read_the_shapes_public_environments_use() -> None:
             self.testing = False
 
     assert eval_split_sizes(Env()) == {"test": 7}
+
+
+def test_the_note_of_an_evaluation_with_no_score_lists_what_was_seen(home: Path) -> None:
+    from mcp_rl.evaluation.env_eval import CONFIG_FILE, LOG_FILE, NO_SCORE_FILE
+    from mcp_rl.evaluation.held_out_note import held_out_note
+    from mcp_rl.rundir import EVAL_DIR
+    from tests.evaluation.test_env_eval import _run_with
+
+    run_dir = _run_with(home, "style_returned_dict", STYLES / "returned_dict.py", "ReturnedDictEnv")
+    folder = run_dir / EVAL_DIR / "env_step_000000"
+    folder.mkdir(parents=True)
+    (folder / CONFIG_FILE).write_text("env: {}\n")
+    (folder / LOG_FILE).write_text("")
+    (folder / "captured_metrics.jsonl").write_text('{"source": "returned", "metrics": {"bleu": 0.3}}\n')
+    with pytest.raises(EnvEvaluateError) as caught:
+        read_evaluation(folder)
+    (folder / NO_SCORE_FILE).write_text(str(caught.value))
+    note = held_out_note(run_dir, ended=True)
+    assert "Seen: the dict evaluate() returned: bleu" in note and "eval_metric" in note and str(folder) in note
