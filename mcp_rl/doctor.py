@@ -23,7 +23,8 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from mcp_rl.config import run_option_defaults
-from mcp_rl.environments.families import BuildState, all_statuses
+from mcp_rl.environments.families import BuildState, Family, all_statuses, status
+from mcp_rl.environments.uv_setup import check_sync
 from mcp_rl.models import COMPLETE_MARKER, default_model_dir, gguf_path, is_hf_model_dir
 from mcp_rl.ports import allocate_ports, port_is_free
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
@@ -491,6 +492,27 @@ def check_families(settings: Settings) -> Check:
     )
 
 
+def check_verifiers_harness(settings: Settings, env: Mapping[str, str]) -> Check:
+    """verifiers' harness syncs its chat program with uv from the package index at a run's first
+    rollout: done here once, as the harness does it, before anything is paid for."""
+    name = "verifiers harness (uv sync)"
+    st = status(settings, Family.VERIFIERS)
+    if not st.ready:
+        return Check(
+            name=name, status=Status.SKIP, detail="the verifiers interpreter is not made yet (made on first use)"
+        )
+    ok, detail = check_sync(st.folder, st.python, env)
+    return Check(
+        name=name,
+        status=Status.OK if ok else Status.FAIL,
+        detail=detail,
+        fix=None
+        if ok
+        else "uv takes the index and CA settings of pip (pip.conf, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_CERT) and "
+        "SSL_CERT_FILE: set the ones this machine needs, or UV_DEFAULT_INDEX / SSL_CERT_FILE directly.",
+    )
+
+
 def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = HTTP_DEFAULT_PORT) -> Report:
     try:
         settings = Settings.from_env(env)
@@ -509,6 +531,7 @@ def run_checks(env: Mapping[str, str], offline: bool = False, http_port: int = H
         check_families(settings),
     ]
     remote = [
+        ("verifiers harness (uv sync)", lambda: check_verifiers_harness(settings, env)),
         ("tinker", lambda: check_tinker(settings)),
         ("wandb", lambda: check_wandb(settings, env)),
         ("openrouter", lambda: check_openrouter(settings)),

@@ -77,6 +77,8 @@ class TrainerSettings(BaseModel):
     eval_every: int = Field(default=0, ge=0)
     # Held-out items each evaluation answers: the first N of the environment's set (None: all).
     held_out_limit: int | None = Field(default=None, ge=1)
+    # The metric of an environment's own evaluate() that stands for it (None: the documented rule).
+    eval_metric: str | None = None
     # Local checkpoints kept besides the final and the kept ones (0: all).
     keep_last_checkpoints: int = Field(default=3, ge=0)
     # Paid backends: the estimated USD the run may spend (None: no cap).

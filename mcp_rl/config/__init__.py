@@ -14,6 +14,7 @@ Modules, each one job (each imports only those above it):
   current   the current config as an agent reads it (rl_get_current_config)
   edits     one edit (rl_edit_config), stored only when every check passes
   build     run.yaml: the exact RunConfig a run's three processes get
+  fit       after a selection, carried-over run options made to fit the new environment
 """
 
 from mcp_rl.config.build import build_run_config, local_model_location

@@ -90,6 +90,7 @@ def build_run_config(settings: Settings, session: Session, spec: ConfigSpec, run
             save_checkpoint_interval=options.save_checkpoint_interval,
             eval_every=options.eval_every,
             held_out_limit=options.held_out_limit,
+            eval_metric=options.eval_metric,
             keep_last_checkpoints=options.keep_last_checkpoints,
             max_cost_usd=options.max_cost_usd,
             advantage_normalization=options.advantage_normalization,

@@ -64,6 +64,14 @@ class RunOptions(BaseModel):
         "rl_evaluate_checkpoint of this run): faster, with a wider interval. None: all of them (arithmetic 201). "
         "Environments evaluated by their own evaluate() keep their own split.",
     )
+    eval_metric: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_./@:+-]{1,200}$",
+        description="An environment whose own evaluate() reports several metrics: the one that stands for it (as "
+        "the environment names it, e.g. eval/accuracy). None: per-item samples when it gives them, else the first of "
+        "eval/percent_correct, *percent_correct, accuracy, acc, *accuracy*, *acc*, *correct*, *pass*, *success*, "
+        "*score*, *reward* with a value in [0, 1] (eval-named first).",
+    )
     keep_last_checkpoints: int = Field(
         3,
         ge=0,

@@ -32,7 +32,7 @@ import yaml
 from pydantic import create_model
 
 from mcp_rl import redact
-from mcp_rl.environments import failure_report, score_guard
+from mcp_rl.environments import eval_capture, failure_report, score_guard
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.loader import load_env_class
 from mcp_rl.errors import UserError
@@ -102,12 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):
         print(f"gave up waiting for {start_when} after {START_WHEN_TIMEOUT_S:g} s", file=sys.stderr)
         return 1
-    # Metrics hook (mcp_rl.metrics): what the environment logs also goes to the run dir, not only W&B.
-    from mcp_rl.metrics.env_metrics import install_for_evaluate, install_for_run
-
-    install_for_run(ns.mode, env_args)
-    # An evaluation mcp-rl runs (mcp_rl.evaluation.env_eval): what evaluate() reports is kept.
-    install_for_evaluate(cls, ns.mode, env_args)
+    # The Atropos hooks (one owner): what a run's environment logs also goes to the run dir, not
+    # only W&B; an evaluation mcp-rl runs (mcp_rl.evaluation.env_eval) keeps whatever evaluate() reports.
+    eval_capture.install_for_run(ns.mode, env_args)
+    eval_capture.install_for_evaluate(cls, ns.mode, env_args)
     # Atropos's CLI reads sys.argv; argv[0] names the file for its help and error messages.
     sys.argv = [str(env_file), ns.mode, *env_args]
     cls.cli()  # run_and_exit: raises SystemExit with the environment's exit code

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from mcp_rl import config
+from mcp_rl.config.fit import fit_after_selection
 from mcp_rl.environments import families, gem_catalog, openenv_catalog, verifiers_catalog
 from mcp_rl.environments.dependencies import ImportChecker
 from mcp_rl.environments.discovery import Catalog, EnvironmentInfo, ScanCache, scan
@@ -34,6 +35,11 @@ class SelectResult(BaseModel):
     fallback_reason: str | None = None
     configurable_fields: int
     preset: dict[str, Any] | None = None
+    adjusted: list[str] = Field(
+        default_factory=list,
+        description="Run options carried over from the last selection that no longer fitted this environment, "
+        "each adjusted or reset (e.g. batch_size raised to a multiple of its group_size).",
+    )
     next_step: str
 
 
@@ -172,10 +178,13 @@ class EnvironmentService:
             env = env.model_copy(update={"project_root": spec.working_dir})
         # The session names it as the agent does: a qualified name when the plain one is another's.
         env = env.model_copy(update={"name": env.select_name or env.name})
+        previous = self.store.read().environment
         config.select_environment(self.store, env)
         if env.preset:
             preset = dict(env.preset)
             self.store.update(lambda s: s.model_copy(update={"edits": preset}))
+        # A selection always leaves a startable config: carried-over run options made to fit.
+        adjusted = fit_after_selection(self.settings, self.store, spec, previous)
         note = (
             f" config_init() failed, so {spec.config_class} defaults are used: {spec.fallback_reason}"
             if spec.fallback_reason
@@ -183,6 +192,8 @@ class EnvironmentService:
         )
         if env.preset:
             note += f" Preset: {', '.join(f'{k}={v!r}' for k, v in env.preset.items())}."
+        if adjusted:
+            note += " Adjusted to fit: " + " ".join(adjusted)
         if (
             env.file_path.name == openenv_catalog.ENV_FILE
             and env.file_path.parent == self.settings.environment_dirs()[0]
@@ -204,6 +215,7 @@ class EnvironmentService:
             fallback_reason=spec.fallback_reason,
             configurable_fields=len(spec.fields),
             preset=env.preset,
+            adjusted=adjusted,
             next_step="Call rl_get_current_config to see fields, rl_edit_config to change them, then rl_test_inference.",
         )
 

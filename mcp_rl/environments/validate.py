@@ -34,7 +34,10 @@ SAMPLED_ITEMS = 4
 
 
 class Problem(BaseModel):
-    check: str = Field(description="import, init, items, messages, overlap, reference, wrong_answer, base_model_answer")
+    check: str = Field(
+        description="import, init, items, messages, overlap, reference, wrong_answer, base_model_answer; "
+        "Atropos environments: setup, items, group, scores, evaluate"
+    )
     message: str
     exception: str | None = None
     file: str | None = None
@@ -54,6 +57,11 @@ class ValidationReport(BaseModel):
     references_scored: int | None = None
     base_model: dict[str, Any] | None = Field(
         None, description="The local base model's sampled answers (temperature 1) with their scores and timings."
+    )
+    atropos: dict[str, Any] | None = Field(
+        None,
+        description="An Atropos environment run against the local base model: setup/items/group/evaluate seconds, "
+        "the group's scores, and what evaluate() reported (metric, score, source).",
     )
     seconds: float
     validated_at: float
@@ -132,6 +140,7 @@ def validate(
         held_out_items=data.get("held_out_items"),
         references_scored=data.get("references_scored"),
         base_model=data.get("base_model"),
+        atropos=data.get("atropos"),
         seconds=round(time.monotonic() - began, 2),
         validated_at=time.time(),
         next_step=(

@@ -7,8 +7,9 @@ A task (mcp_rl.task) is checked item by item: its training and held-out items ar
 held-out prompts must not be training prompts (by the text the model sees), reference answers
 must score the top of score_range, a few wrong answers must score within it, and score() runs on
 answers the local base model samples (when --model is given), each call timed. Whatever raises
-is reported with its exception, file and line. An Atropos environment is only imported (its
-items come from its own code at run time: rl_test_inference runs it).
+is reported with its exception, file and line. An Atropos environment is run for real against
+the local base model (mcp_rl.environments.validate_atropos: setup, items, one group, scores,
+evaluate()); without a model it is only imported.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -243,6 +245,26 @@ def sample_base_model(
         )
 
 
+def run_atropos(report: Report, cls: Any, file_path: Path, ns: argparse.Namespace) -> None:
+    """An Atropos environment run for real (validate_atropos), its findings into the report."""
+    # only this kind of file runs an environment (atroposlib is loaded by then)
+    from mcp_rl.environments import validate_atropos
+
+    with tempfile.TemporaryDirectory(prefix="mcp-rl-validate-") as work:
+        found = validate_atropos.check(
+            cls,
+            file_path,
+            model_dir=ns.model,
+            base_url=ns.base_url,
+            tokenizer=ns.tokenizer,
+            server_type="openai" if ns.base_url and ns.server_type == "sglang" else ns.server_type,
+            work_dir=Path(work),
+        )
+    report.problems.extend(found.problems)
+    report.warnings.extend(found.warnings)
+    report.facts["atropos"] = json.loads(json.dumps(found.facts, default=str))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("file", type=Path)
@@ -250,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("project_root", type=Path)
     parser.add_argument("--model", default=None)
     parser.add_argument("--samples", type=int, default=4)
+    # An Atropos environment is run against --model served locally, or (tests) this server.
+    parser.add_argument("--base-url", default=None)
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--server-type", default="sglang")
     ns = parser.parse_args(argv)
     take_channels()  # the report pipe and the lifeline, before any of the user's code is imported
     file_path = ns.file.resolve()
@@ -266,10 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         report.facts["kind"] = "atropos"
-        report.warnings.append(
-            "an Atropos environment: it imports; its items and scores come from its own code at run time "
-            "(rl_test_inference runs it against a model)"
-        )
+        if ns.model is None and ns.base_url is None:
+            report.warnings.append(
+                "an Atropos environment: it imports; no local base model here, so it was not run "
+                "(rl_test_inference runs it against a model)"
+            )
+        else:
+            run_atropos(report, cls, file_path, ns)
         write_report(report.data())
         return 0
     report.facts["kind"] = "task"

@@ -3,17 +3,22 @@ Atropos's `evaluate` mode (`setup()` then `evaluate()`) in a child process again
 served over HTTP (the trainer's inference server during a run; a checkpoint served by the
 evaluation worker afterwards), its results read back from what it reports.
 
-What an environment reports, in the order it is used:
+What an environment reports (captured in the environment process by
+mcp_rl.environments.eval_capture, the one owner of those hooks), in the order it is used:
 
     per item   the `samples` it passes to `BaseEnv.evaluate_log(metrics, samples=...)` (Atropos
                writes them to `samples.jsonl`): one dict per eval item with a score under one of
                SCORE_KEYS (`score`, `correct`, `reward`, ...) and, to pair items across
                evaluations, an id under one of ID_KEYS (`id`, `question`, `prompt`, ...) or its
                `messages`. These give per-item outcomes and the paired test.
-    aggregate  the `metrics` it passes to evaluate_log, what it logs through `wandb_log`, and a
-               `self.eval_metrics` list of (name, value) left when evaluate() returns. The headline
-               is the first name matching HEADLINE_HINTS; n is the number of samples or an `n`-like
-               metric. These give an unpaired comparison only.
+    aggregate  one metric of what it reported otherwise, by source in this order: the metrics it
+               gives evaluate_log, a `self.eval_metrics` left when evaluate() returns, the dict
+               evaluate() returns, what reaches `wandb_log` (called once after evaluate(), so an
+               override reporting a score of its own attribute through `super().wandb_log` is
+               heard), what it hands to `wandb.log`. The metric is the one the run names
+               (`eval_metric`), else the first by METRIC_RULE (see `choose_metric`); n is an
+               `n`-like metric of the same report, else the size of the instance's eval split
+               (`self.eval_*` / `self.test*`, one size). These give an unpaired comparison only.
 
 The documented hook, for an environment that would rather hand mcp-rl its eval items than run
 its own evaluate(), is the same `samples` list: nothing from mcp-rl is imported either way.
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import math
 import subprocess
 import sys
@@ -35,14 +39,22 @@ from typing import Any
 
 import yaml
 
+from mcp_rl.environments.eval_capture import (
+    CAPTURED_FILE,
+    EVALUATE_CONFIG_FILE,
+    METRIC_RULE,
+    METRICS_FILE,
+    Source,
+    choose_metric,
+    read_reports,
+)
 from mcp_rl.evaluation.outcomes import ItemOutcome
 from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.rundir import read_jsonl
 
 SAMPLES_FILE = "samples.jsonl"  # BaseEnv.evaluate_log writes these two into data_dir_to_save_evals
-METRICS_FILE = "metrics.json"
-CAPTURED_FILE = "captured_metrics.jsonl"  # the runner's evaluate mode: wandb_log calls, eval_metrics
-CONFIG_FILE = "evaluate.yaml"
+CONFIG_FILE = EVALUATE_CONFIG_FILE
+NO_SCORE_FILE = "no_score.txt"  # why an evaluation gave no figures, with what it reported (the note shows it)
 LOG_FILE = "evaluate.log"
 # A score per sample, under the first of these names every sample carries (a bool counts as 0/1).
 SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "passed", "success")
@@ -52,9 +64,7 @@ ID_KEYS = ("id", "item_id", "uid", "idx", "index", "question", "prompt", "proble
 # A label per sample (a mixture's dataset): held-out figures are also given per label.
 GROUP_KEYS = ("dataset", "group", "category", "task", "subset")
 COMPLETION_KEYS = ("completion", "response", "model_response", "output", "generation", "answer_text")
-# The headline of an aggregate-only evaluation: the first metric whose name holds one of these.
-HEADLINE_HINTS = ("percent_correct", "accuracy", "acc", "pass", "success", "score", "reward", "correct")
-N_KEYS = ("n", "eval/n", "num_samples", "eval/num_samples", "total", "eval/total", "count")
+N_KEYS = ("n", "eval/n", "num_samples", "eval/num_samples", "total", "eval/total", "total_evaluated", "count")
 DEFAULT_TIMEOUT_S = 1800.0
 STOP_GRACE_S = 5.0
 
@@ -136,12 +146,21 @@ class EnvEvaluation:
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     paired_by: str | None = None  # how items are matched across evaluations (an ID_KEYS name...)
+    source: str | None = None  # where the score came from, in words
+    n_source: str | None = None  # where n came from, in words
+
+    def measure(self) -> str:
+        """What the figure is and where it came from, in words (the note shows it)."""
+        n = f"; n = {self.n} ({self.n_source})" if self.n else "; n unknown"
+        return f"{self.score_key} from {self.source}{n}"
 
     def summary(self) -> dict[str, Any]:
         return {
             "score": self.score,
             "score_key": self.score_key,
+            "source": self.source,
             "n": self.n,
+            "n_source": self.n_source,
             "per_item": self.outcomes is not None,
             "paired_by": self.paired_by,
             "metrics": self.metrics,
@@ -152,11 +171,12 @@ class EnvEvaluation:
 def evaluate_config(
     run_yaml: Mapping[str, Any], out_dir: Path, base_url: str, model_name: str | None
 ) -> dict[str, Any]:
-    """The `evaluate` mode's YAML: the run's env section (its eval results into `out_dir`, no
-    W&B) and its server list pointed at `base_url`."""
+    """The `evaluate` mode's YAML: the run's env section (its eval results into `out_dir`) and its
+    server list pointed at `base_url`. `use_wandb` is on so that reports an environment guards
+    with it are made: the capture hooks keep W&B a no-op there (eval_capture)."""
     env = dict(run_yaml.get("env") or {})
     env["data_dir_to_save_evals"] = str(out_dir)
-    env["use_wandb"] = False
+    env["use_wandb"] = True
     servers = []
     for server in run_yaml.get("openai") or [{}]:
         updated = dict(server, base_url=base_url)
@@ -177,11 +197,12 @@ def run_environment_evaluate(
     child_env: Mapping[str, str],
     model_name: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    metric: str | None = None,
 ) -> EnvEvaluation:
     """Run the environment's evaluate() against `base_url` (blocking, up to `timeout_s`) and read
     what it reported. Raises EnvEvaluateError with the cause (its log's tail) when it fails."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (SAMPLES_FILE, METRICS_FILE, CAPTURED_FILE):
+    for name in (SAMPLES_FILE, METRICS_FILE, CAPTURED_FILE, NO_SCORE_FILE):
         (out_dir / name).unlink(missing_ok=True)  # a retried evaluation never reads an older one
     config_path = out_dir / CONFIG_FILE
     config_path.write_text(yaml.safe_dump(evaluate_config(run_yaml, out_dir, base_url, model_name)), encoding="utf-8")
@@ -211,7 +232,11 @@ def run_environment_evaluate(
     seconds = time.monotonic() - began
     if code != 0:
         raise EnvEvaluateError(f"the environment's evaluate() exited with code {code}: {_tail(log_path)}")
-    result = read_evaluation(out_dir)
+    try:
+        result = read_evaluation(out_dir, metric)
+    except EnvEvaluateError as exc:
+        (out_dir / NO_SCORE_FILE).write_text(str(exc), encoding="utf-8")
+        raise
     result.seconds = seconds
     return result
 
@@ -225,11 +250,15 @@ def _tail(path: Path, chars: int = 600) -> str:
     return " | ".join(lines[-6:])[-chars:] or f"(empty log {path})"
 
 
-def read_evaluation(out_dir: Path) -> EnvEvaluation:
-    """What an evaluate() run wrote into `out_dir` (raises EnvEvaluateError when nothing usable)."""
+def read_evaluation(out_dir: Path, metric: str | None = None) -> EnvEvaluation:
+    """What an evaluate() run wrote into `out_dir` (raises EnvEvaluateError when nothing usable,
+    listing what was reported). `metric`: the one the user named (config `eval_metric`)."""
     samples = [row for row in read_jsonl(out_dir / SAMPLES_FILE).rows if isinstance(row, dict)]
-    metrics = _reported_metrics(out_dir)
-    outcomes, key, paired_by = per_item_outcomes(samples)
+    reports, split_sizes = read_reports(out_dir)
+    metrics: dict[str, float] = {}
+    for _, numbers in reversed(reports):
+        metrics.update(numbers)  # the preferred source's value wins a shared name
+    outcomes, key, paired_by = per_item_outcomes(samples) if metric is None else (None, None, None)
     if outcomes:
         scores = [o.score for o in outcomes]
         return EnvEvaluation(
@@ -239,57 +268,71 @@ def read_evaluation(out_dir: Path) -> EnvEvaluation:
             n=len(outcomes),
             metrics=metrics,
             paired_by=paired_by,
+            source=f"the per-item samples given to evaluate_log (field {key!r}, paired by {paired_by})",
+            n_source="the samples",
         )
-    headline = headline_metric(metrics)
-    if headline is None:
-        raise EnvEvaluateError(
-            "the environment's evaluate() reported no score: pass per-item `samples` (each with a `score`) "
-            "and `metrics` to self.evaluate_log(...), or append ('eval/percent_correct', value) to self.eval_metrics"
+    chosen = choose_metric(reports, metric)
+    if chosen is None:
+        raise EnvEvaluateError(_nothing_found(reports, samples, metric))
+    name, value, source = chosen
+    n, n_source = _n_of(reports, source, samples, split_sizes)
+    return EnvEvaluation(
+        outcomes=None,
+        score=value,
+        score_key=name,
+        n=n,
+        metrics=metrics,
+        source=source.describe(),
+        n_source=n_source,
+    )
+
+
+def _n_of(
+    reports: list[tuple[Source, dict[str, float]]],
+    source: Source,
+    samples: list[dict[str, Any]],
+    split_sizes: dict[str, int],
+) -> tuple[int | None, str | None]:
+    """n of an aggregate and where it came from: its report's `n`-like metric, else the samples'
+    count, else the instance's eval split when its candidates agree on one size."""
+    same = dict(reports).get(source, {})
+    found = _n_metric(same)
+    if found is not None:
+        return found[1], f"{found[0]!r} in {source.describe()}"
+    if samples:
+        return len(samples), "the samples given to evaluate_log"
+    sizes = set(split_sizes.values())
+    if len(sizes) == 1:
+        names = ", ".join(f"self.{name}" for name in sorted(split_sizes))
+        return sizes.pop(), f"the size of the environment's eval split ({names})"
+    return None, None
+
+
+def _nothing_found(
+    reports: list[tuple[Source, dict[str, float]]], samples: list[dict[str, Any]], named: str | None
+) -> str:
+    seen = "; ".join(f"{source.describe()}: {', '.join(sorted(metrics))}" for source, metrics in reports)
+    if samples:
+        fields = sorted({k for row in samples for k in row})[:20]
+        seen = f"{seen}; samples without a common score field (fields: {', '.join(fields)})".lstrip("; ")
+    seen = seen or "nothing (no evaluate_log, eval_metrics, returned dict, wandb_log or wandb.log numbers)"
+    if named is not None:
+        return (
+            f"the metric {named!r} (config eval_metric) was not reported by the environment's evaluate(). Seen: {seen}"
         )
-    n = len(samples) or _n_metric(metrics)
-    return EnvEvaluation(outcomes=None, score=metrics[headline], score_key=headline, n=n, metrics=metrics)
+    rule = ", ".join(p for _, p in METRIC_RULE)
+    return (
+        "the environment's evaluate() reported no accuracy-like score (a value in [0, 1] named like one of: "
+        f"{rule}). Seen: {seen}. Name the metric to use with rl_edit_config('eval_metric', <name>), or pass "
+        "per-item `samples` (each with a `score`) to self.evaluate_log(...)"
+    )
 
 
-def _reported_metrics(out_dir: Path) -> dict[str, float]:
-    metrics: dict[str, float] = {}
-    for row in read_jsonl(out_dir / CAPTURED_FILE).rows:
-        metrics.update(_numbers(row))
-    try:
-        data = json.loads((out_dir / METRICS_FILE).read_text(encoding="utf-8"))
-        metrics.update(_numbers(((data.get("results") or {}).get("all")) or {}))
-    except (OSError, ValueError, AttributeError):
-        pass
-    for key in ("step", "time"):
-        metrics.pop(key, None)
-    return metrics
-
-
-def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in row.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if math.isfinite(float(value)):
-            out[str(key)] = float(value)
-    return out
-
-
-def headline_metric(metrics: Mapping[str, float]) -> str | None:
-    """The metric that stands for the evaluation: eval-named ones first, by HEADLINE_HINTS."""
-    names = [k for k in metrics if k not in N_KEYS and "seconds" not in k and "time" not in k]
-    for pool in ([k for k in names if "eval" in k.lower()], names):
-        for hint in HEADLINE_HINTS:
-            for name in pool:
-                if hint in name.lower():
-                    return name
-    return None
-
-
-def _n_metric(metrics: Mapping[str, float]) -> int | None:
+def _n_metric(metrics: Mapping[str, float]) -> tuple[str, int] | None:
     for key in N_KEYS:
         value = metrics.get(key)
         if value is not None and value >= 1 and float(value).is_integer():
-            return int(value)
+            return key, int(value)
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mcp_rl.evaluation.env_eval import CONFIG_FILE, LOG_FILE, uses_own_evaluate, what_to_add
+from mcp_rl.evaluation.env_eval import CONFIG_FILE, LOG_FILE, NO_SCORE_FILE, uses_own_evaluate, what_to_add
 from mcp_rl.evaluation.heldout import ITEM_ENVIRONMENTS, is_gem, is_task
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import EVAL_DIR, RUN_FILE
@@ -39,7 +39,18 @@ def held_out_note(run_dir: Path, ended: bool) -> str:
         )
     tried = sorted((run_dir / EVAL_DIR).glob(f"env_step_*/{LOG_FILE}"))
     where = f"; its output is in {tried[-1]}" if tried and (tried[-1].parent / CONFIG_FILE).exists() else ""
+    why = _no_score(tried[-1].parent) if tried else None
+    if why:
+        return f"No held-out figures were recorded although the environment has {source}: {why}{where}."
     return (
         f"No held-out figures were recorded although the environment has {source}: the evaluation failed or "
         f"reported no score (the trainer log {logs} says why{where})."
     )
+
+
+def _no_score(folder: Path) -> str | None:
+    """What an evaluation that found no score reported (env_eval writes it), clipped."""
+    try:
+        return (folder / NO_SCORE_FILE).read_text(encoding="utf-8").strip()[:1500] or None
+    except OSError:
+        return None

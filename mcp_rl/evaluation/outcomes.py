@@ -97,3 +97,19 @@ def read_aggregates(run_dir: Path) -> list[AggregateScore]:
         except (OSError, ValidationError):
             continue
     return sorted(found, key=lambda a: a.step)
+
+
+# What an environment's own evaluate() figures are and where they came from (the metric, its
+# source, n's source), in words: `eval/measure.txt`, the latest evaluation's.
+MEASURE_FILE = "measure.txt"
+
+
+def write_measure(run_dir: Path, text: str) -> None:
+    write_text_atomic(run_dir / EVAL_DIR / MEASURE_FILE, text)
+
+
+def read_measure(run_dir: Path) -> str | None:
+    try:
+        return (run_dir / EVAL_DIR / MEASURE_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None

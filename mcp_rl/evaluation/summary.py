@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import UserError
-from mcp_rl.evaluation.outcomes import evaluated_steps, read_aggregates, read_outcomes
+from mcp_rl.evaluation.outcomes import evaluated_steps, read_aggregates, read_measure, read_outcomes
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
 from mcp_rl.rundir import eval_outcomes_file
 
@@ -77,10 +77,22 @@ class HeldOutSummary(BaseModel):
         default_factory=list,
         description=f"The run's evaluations by step (at most {MAX_POINTS}: first, last, evenly between).",
     )
+    measure: str | None = Field(
+        None,
+        description="An environment's own evaluate(): which of its metrics the figures are, where it came from "
+        "(evaluate_log, eval_metrics, the returned dict, wandb_log, wandb.log) and where n came from.",
+    )
 
 
 def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
     """None when the run has no held-out evaluation yet."""
+    summary = _held_out_summary(run_dir)
+    if summary is not None:
+        summary.measure = read_measure(run_dir)
+    return summary
+
+
+def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
     steps = _thin(evaluated_steps(run_dir))
     scores = {}
     labels: dict[str, str] = {}

@@ -31,6 +31,7 @@ from mcp_rl.evaluation.outcomes import (
     read_aggregates,
     read_outcomes,
     write_aggregate,
+    write_measure,
     write_outcomes,
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
@@ -149,6 +150,7 @@ class HeldOutEvaluator:
                 # run's) and what it names; none of the trainer's keys
                 child_env=Settings.from_env().user_code_env(declared_env_vars(ref.file_path, ref.class_name)),
                 timeout_s=DEFAULT_TIMEOUT_S,
+                metric=self.config.trainer.eval_metric,
             )
         except Exception:
             log.warning("the environment's evaluate() at step %d failed; training goes on", step, exc_info=True)
@@ -169,6 +171,8 @@ def record_env_evaluation(run_dir: Path, step: int, result: EnvEvaluation) -> di
     """Save one evaluate() result in the run folder (per-item outcomes, else its aggregate) and
     return its `eval/...` metrics, compared with the run's first evaluation."""
     metrics: dict[str, Any] = {EVAL_SECONDS_KEY: round(result.seconds, 3)}
+    if result.source:
+        write_measure(run_dir, result.measure())
     if result.outcomes:
         write_outcomes(eval_outcomes_file(run_dir, step), result.outcomes)
         metrics.update({EVAL_SCORE_KEY: result.score, EVAL_N_KEY: len(result.outcomes)})
@@ -176,7 +180,10 @@ def record_env_evaluation(run_dir: Path, step: int, result: EnvEvaluation) -> di
         return metrics
     if result.score is None:
         return {}
-    write_aggregate(run_dir, AggregateScore(step=step, score=result.score, n=result.n, score_key=result.score_key))
+    write_aggregate(
+        run_dir,
+        AggregateScore(step=step, score=result.score, n=result.n, score_key=result.score_key, source=result.source),
+    )
     metrics[EVAL_SCORE_KEY] = result.score
     if result.n:
         metrics[EVAL_N_KEY] = result.n

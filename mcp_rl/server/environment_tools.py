@@ -400,7 +400,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         score_range) and a few wrong ones, and scores a handful of answers the local base model
         samples, with timings. Anything that raises is reported with its exception, file and
         line; so are non-finite or out-of-range scores and a file that does not import. An Atropos
-        environment is only imported (rl_test_inference runs it). The result is recorded: a start
+        environment is run for real against the local base model: setup(), a few get_next_item(),
+        one group of rollouts and its scores (identical rewards: a no-signal warning), the time per
+        group, and evaluate() on a few items with the score mcp-rl would read from it (report.atropos).
+        The result is recorded: a start
         of a task that never passed validation says so in its notes. If the check outlasts this
         call, the answer says status 'running': call again with the same name to collect it, or
         with cancel=true to stop it. The task's code runs with no key of the server's unless its

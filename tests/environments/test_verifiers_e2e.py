@@ -6,7 +6,8 @@ local steps with paired held-out figures from its own evaluate().
 
 Real parts: the stdio MCP server, the supervisor, Atropos run-api, the trainer with the embedded
 model, verifiers' own Env/harness/TrainClient (and its chat program, synced by uv from the
-package index) in its own venv. The venv lives in ~/.cache/mcp-rl-ci/families (outside the
+package index by the uv installed beside verifiers, on an empty HOME with no uv on PATH) in its
+own venv. The venv lives in ~/.cache/mcp-rl-ci/families (outside the
 checkout), so only a machine's first run pays for the install.
 """
 
@@ -46,11 +47,19 @@ def families_dir() -> Path:
     return build_family("verifiers")
 
 
-async def test_verifiers_taskset_listed_and_trained(home: Path, families_dir: Path) -> None:
-    # The null harness syncs its chat program with uv from the package index: a machine whose
-    # index sits behind its own CA names it in SSL_CERT_FILE (the stdio env is minimal).
-    certs = {k: os.environ[k] for k in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(k)}
-    params = stdio_params(home, MCP_RL_ENV_PATHS=str(TASKSETS), MCP_RL_FAMILIES_DIR=str(families_dir), **certs)
+async def test_verifiers_taskset_listed_and_trained(home: Path, families_dir: Path, tmp_path: Path) -> None:
+    # A fresh machine: an empty HOME (no ~/.local/bin, no user pip.conf) and no uv on PATH. The null
+    # harness syncs its chat program with the uv installed beside verifiers, from the index and with
+    # the CA bundle pip's configuration names (mcp_rl.environments.uv_setup): no SSL_CERT_FILE given.
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    params = stdio_params(
+        home, MCP_RL_ENV_PATHS=str(TASKSETS), MCP_RL_FAMILIES_DIR=str(families_dir), HOME=str(user_home)
+    )
+    assert params.env is not None
+    params.env["PATH"] = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "uv").exists()
+    )
     async with Client(params) as client:
         listed = await ok(client, "rl_list_environments", {})
         assert NAME in [e["name"] for e in listed["environments"]]
@@ -99,6 +108,8 @@ async def test_verifiers_taskset_listed_and_trained(home: Path, families_dir: Pa
     trained = sum(s["batch/trained_sequences"] for s in steps)
     assert trained > 0, steps
     assert "high: 3" in (run_dir / "run.yaml").read_text()
+    # Nothing outside mcp-rl's folders: no uv (or anything else) installed into ~/.local/bin.
+    assert not (user_home / ".local" / "bin").exists() or not list((user_home / ".local" / "bin").iterdir())
     print(
         f"held-out: {held_out['base_score']} -> {held_out['trained_score']} (n={held_out['n']}); trained sequences {trained}"
     )

@@ -69,7 +69,10 @@ def test_samples_without_a_common_score_give_no_outcomes() -> None:
 
 
 def test_metrics_only_report_is_an_aggregate(tmp_path: Path) -> None:
-    _write_jsonl(tmp_path / CAPTURED_FILE, [{"step": 0, "time": 1.0, "eval/percent_correct": 0.25, "eval/n": 40}])
+    _write_jsonl(
+        tmp_path / CAPTURED_FILE,
+        [{"source": "wandb_log", "step": 0, "time": 1.0, "metrics": {"eval/percent_correct": 0.25, "eval/n": 40}}],
+    )
     (tmp_path / METRICS_FILE).write_text(json.dumps({"results": {"all": {"eval/seconds": 3.0}}}), encoding="utf-8")
     result = read_evaluation(tmp_path)
     assert result.outcomes is None and (result.score_key, result.score, result.n) == ("eval/percent_correct", 0.25, 40)
@@ -94,7 +97,8 @@ def test_evaluate_config_points_the_servers_at_the_model(tmp_path: Path) -> None
         "http://127.0.0.1:5/v1",
         "run:r@2",
     )
-    assert config["env"] == {"group_size": 4, "use_wandb": False, "data_dir_to_save_evals": str(tmp_path)}
+    # use_wandb on: reports guarded by it are made, and the capture keeps W&B a no-op (WANDB_MODE=disabled).
+    assert config["env"] == {"group_size": 4, "use_wandb": True, "data_dir_to_save_evals": str(tmp_path)}
     assert config["openai"] == [{"base_url": "http://127.0.0.1:5/v1", "server_type": "sglang", "model_name": "run:r@2"}]
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from mcp_rl.environments import eval_capture
 from mcp_rl.metrics import env_metrics, store
 
 
@@ -67,10 +68,11 @@ async def test_wandb_log_calls_land_in_env_metrics_jsonl(tmp_path: Path, monkeyp
     base_env, env = _toy_env_class()
     # Restore the real method after the test: install() patches the class for the process.
     monkeypatch.setattr(base_env, "wandb_log", base_env.wandb_log)
+    monkeypatch.setattr(eval_capture._Sinks, "run_metrics", None)
     (tmp_path / "run.yaml").write_text("run_id: x\n")
-    path = env_metrics.install_for_run("serve", ["--config", str(tmp_path / "run.yaml")])
+    path = eval_capture.install_for_run("serve", ["--config", str(tmp_path / "run.yaml")])
     assert path == tmp_path / "env_metrics.jsonl"
-    env_metrics.install(path)  # idempotent: still one line per call
+    eval_capture.install_for_run("serve", ["--config", str(tmp_path / "run.yaml")])  # idempotent: one line per call
 
     for step, percent in ((1, 0.25), (2, 0.5)):
         env.curr_step, env.percent = step, percent
@@ -95,8 +97,8 @@ async def test_wandb_log_calls_land_in_env_metrics_jsonl(tmp_path: Path, monkeyp
 
 
 def test_no_capture_outside_a_run() -> None:
-    assert env_metrics.install_for_run("process", ["--env.total_steps", "3"]) is None
-    assert env_metrics.install_for_run("serve", ["--config", "/tmp/other.yaml"]) is None
+    assert eval_capture.install_for_run("process", ["--env.total_steps", "3"]) is None
+    assert eval_capture.install_for_run("serve", ["--config", "/tmp/other.yaml"]) is None
 
 
 def test_only_finite_numbers_are_kept() -> None:

@@ -33,6 +33,7 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from pydantic import Field
 
 from mcp_rl.environments import families
+from mcp_rl.environments.uv_setup import harness_env
 from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
 from mcp_rl.settings import Settings
 
@@ -42,6 +43,8 @@ WORKER = Path(__file__).resolve().parent.parent / "verifiers_worker.py"
 EVAL_SEED_BASE = 1_000_000_000
 # Rounds of rollouts a group may take to fill before it is given up (every episode failing).
 MAX_EMPTY_ROUNDS = 3
+# The end of a failed episode's error kept for the message that gives a group up.
+LAST_ERROR_CHARS = 600
 
 
 class VerifiersEnvConfig(BaseEnvConfig):
@@ -67,8 +70,10 @@ class VerifiersEnvConfig(BaseEnvConfig):
 class Worker:
     """The verifiers worker process: one JSON request a line in, one answer a line out."""
 
-    def __init__(self, python: Path, paths: list[str]) -> None:
-        env = dict(os.environ)
+    def __init__(self, python: Path, paths: list[str], family_folder: Path) -> None:
+        # The harness's uv is the one beside verifiers (first on PATH), with the machine's package
+        # index and CA bundle as pip has them: nothing installed into ~/.local/bin (uv_setup).
+        env = harness_env(family_folder, python, dict(os.environ))
         env["PYTHONPATH"] = os.pathsep.join(paths)
         # Our child, in our process group, with the run's marker (inherited): stopped with the run.
         self.proc = subprocess.Popen(
@@ -127,6 +132,7 @@ class VerifiersEnv(BaseEnv):
         self._rewards: list[float] = []
         self._eval_metrics: dict[str, float] = {}
         self._has_seed = False
+        self._last_error = ""
 
     @classmethod
     def config_init(cls) -> tuple[VerifiersEnvConfig, list[APIServerConfig]]:
@@ -151,7 +157,7 @@ class VerifiersEnv(BaseEnv):
             raise ValueError("set taskset (select verifiers:<id>)")
         python = await asyncio.to_thread(families.build, Settings.from_env(), families.Family.VERIFIERS)
         paths = [p for p in self.config.taskset_paths.split(os.pathsep) if p]
-        self._worker = Worker(python.python, paths)
+        self._worker = Worker(python.python, paths, python.folder)
         atexit.register(self._worker.close)
         described = await asyncio.to_thread(
             self._worker.ask,
@@ -201,6 +207,7 @@ class VerifiersEnv(BaseEnv):
                 reason = (episode.get("error") or "no turns").split(":", 1)[0].replace(" ", "_")[:40] or "failed"
                 self._dropped += 1
                 self._dropped_by_reason[reason] = self._dropped_by_reason.get(reason, 0) + 1
+                self._last_error = str(episode.get("error") or "no turns")
                 log.warning(
                     "verifiers %s: episode of task %s dropped: %s",
                     self.config.taskset,
@@ -225,7 +232,9 @@ class VerifiersEnv(BaseEnv):
             if not got:
                 empty += 1
                 if empty >= MAX_EMPTY_ROUNDS:
-                    raise RuntimeError(f"every rollout of task {item} failed {empty} times (see the warnings above)")
+                    # The cause in the message itself: a smoke test's answer shows this line, not the log.
+                    cause = self._last_error[-LAST_ERROR_CHARS:]
+                    raise RuntimeError(f"every rollout of task {item} failed {empty} times; the last error: {cause}")
             kept.extend(got)
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[])
         group["generation_params"] = {"temperature": self.config.temperature}
