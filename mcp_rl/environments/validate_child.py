@@ -15,6 +15,7 @@ evaluate()); without a model it is only imported.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tempfile

@@ -172,9 +172,7 @@ async def selected_spec_ready(
         )
 
 
-def _validated(
-    settings: Settings, env: EnvironmentInfo, sample: bool, cancel: threading.Event
-) -> ValidationReport:
+def _validated(settings: Settings, env: EnvironmentInfo, sample: bool, cancel: threading.Event) -> ValidationReport:
     """validate(), with a reason when the child's report cannot be read (never a bare error)."""
     try:
         return validate(settings, env, sample=sample, cancel=cancel)
