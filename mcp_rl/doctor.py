@@ -501,7 +501,8 @@ def check_verifiers_harness(settings: Settings, env: Mapping[str, str]) -> Check
         return Check(
             name=name, status=Status.SKIP, detail="the verifiers interpreter is not made yet (made on first use)"
         )
-    ok, detail = check_sync(st.folder, st.python, env)
+    # The environment a verifiers worker gets (the user-code allow-list): no key of ours.
+    ok, detail = check_sync(st.folder, st.python, settings.user_code_env(base=env))
     return Check(
         name=name,
         status=Status.OK if ok else Status.FAIL,
