@@ -143,6 +143,9 @@ class SlurmLauncher:
         # The job's environment is this server's (secrets included, as for a local run): sent to
         # slurmctld by sbatch, never written into the script or shown.
         script = str(self._script(submission, run_dir))
+        # --output names a file in logs/: slurmd cannot create its folder, and a job whose
+        # output cannot be opened fails before its first line.
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         result = _run(["sbatch", "--parsable", "--export=ALL", *_paths(run_dir), script], env)
         job_id = (result.stdout or "").strip().split(";")[0]
         if result.returncode != 0 or not job_id.isdigit():
