@@ -6,6 +6,7 @@ validator child whose last line is not the report still gets a reason."""
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,11 @@ async def test_racing_edits_each_answer_the_revision_they_wrote(home: Path) -> N
         assert revision == config_revision(Session(environment=ref, run_options={"total_steps": n})), n
 
 
-async def test_the_scaffold_refuses_with_the_reason(home: Path) -> None:
-    async with Client(server(home)) as client:
+async def test_the_scaffold_refuses_with_the_reason(home: Path, tmp_path: Path) -> None:
+    # A copy of the fixtures: the last call writes a file into the first searched folder.
+    env_paths = tmp_path / "good"
+    shutil.copytree(FIXTURES / "envs" / "good", env_paths, ignore=shutil.ignore_patterns("__pycache__"))
+    async with Client(server(home, str(env_paths))) as client:
         for args, why in [
             ({"name": "counting"}, "exists: nothing was written"),  # in the default folder
             ({"name": "counting", "folder": str(home / "envs")}, "already listed"),
@@ -98,6 +102,7 @@ async def test_the_scaffold_refuses_with_the_reason(home: Path) -> None:
             assert result.is_error and why in text and len(text) < 1_500, (args, text[:300])
         made = await client.call_tool("rl_new_environment", {"name": "arithmetic_2"})
         assert not made.is_error, made.content
+        assert (env_paths / "arithmetic_2.py").is_file()
 
 
 async def test_a_validator_child_whose_last_line_is_not_the_report_gets_a_reason(home: Path, tmp_path: Path) -> None:
