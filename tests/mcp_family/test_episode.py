@@ -3,6 +3,7 @@ limits, the tools offered, the server's environment, and episodes against a real
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,14 @@ def test_a_server_that_does_not_start_is_a_clear_error(tmp_path: Path) -> None:
     tokenizer = CharTokenizer(SMOL_TEMPLATE)
     with pytest.raises(ToolServerError, match="capitals.mcp.yaml failed to start"):
         anyio.run(lambda: run_episode(task, task.train[0], tokenizer, ScriptedPolicy(tokenizer, ["x"])))
+
+
+def test_a_first_turn_prefill_is_prompt_and_the_policy_continues_it(tmp_path: Path) -> None:
+    prefill = '<tool_call>{"name": "capital", "arguments": {"country": "'
+    task = load(write_task(tmp_path, extra=f"first_turn_prefill: {json.dumps(prefill)}\n"))
+    out, tools = _play(task, ['France"}}</tool_call>', "Paris"])
+    assert tools.calls == [("capital", {"country": "France"})] and out.reward == 1.0
+    assert _trained_text(out) == ['France"}}</tool_call><|im_end|>', "Paris<|im_end|>"]  # the prefill is not trained
+    assert out.messages[-3]["content"] == prefill + 'France"}}</tool_call>'
+    full = CharTokenizer(SMOL_TEMPLATE).apply_chat_template(out.messages)
+    assert CharTokenizer(SMOL_TEMPLATE).decode(out.tokens) + "\n" == full

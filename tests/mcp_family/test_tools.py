@@ -41,6 +41,8 @@ def test_calls_are_read_in_order_with_their_arguments() -> None:
     assert parse_reply(stringy, OFFERED).calls == (ToolCall("add", {"a": 2}),)
     unclosed = '<tool_call>{"name": "add", "arguments": {"a": 3}}'
     assert parse_reply(unclosed, OFFERED).calls == (ToolCall("add", {"a": 3}),)
+    trailing = '<tool_call>{"name": "add", "arguments": {"a": 4}}.</tool_call> then more'
+    assert parse_reply(trailing, OFFERED).calls == (ToolCall("add", {"a": 4}),)
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,7 @@ class Counters:
                 "mcp/turns_per_episode": sum(self.turns) / n,
                 "mcp/tool_calls_per_episode": calls / n,
                 "mcp/tool_call_validity": 1.0 - sum(self.malformed) / calls if calls else 1.0,
+                "mcp/executed_calls_per_episode": (calls - sum(self.malformed)) / n,
                 "mcp/tool_errors_per_episode": sum(self.tool_errors) / n,
                 **{f"mcp/end/{reason}": count / n for reason, count in self.ends.items()},
                 "train/percent_correct": sum(1.0 for r in self.rewards if r >= 1.0) / n,

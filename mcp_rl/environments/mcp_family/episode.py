@@ -122,13 +122,19 @@ async def play(
                 if len(out.tokens) + limits.max_tokens_per_turn > context_tokens:
                     out.end = EndReason.CONTEXT
                     break
+                prefill = task.spec.first_turn_prefill if out.turns == 0 else None
+                if prefill:
+                    # Part of the prompt (masked): the policy continues it.
+                    out.add(_encode(tokenizer, prefill), trained=False)
+                    shown += prefill
                 sample = await policy(list(out.tokens), limits.max_tokens_per_turn)
                 if not sample.tokens:
                     raise EpisodeFailed("the policy returned an empty turn")
                 out.turns += 1
                 out.add(sample.tokens, trained=True, logprobs=sample.logprobs)
-                out.messages.append({"role": "assistant", "content": sample.text})
-                reply = parse_reply(sample.text, offered)
+                said = (prefill or "") + sample.text
+                out.messages.append({"role": "assistant", "content": said})
+                reply = parse_reply(said, offered)
                 if reply.answer is not None:
                     out.answer, out.end = reply.answer, EndReason.ANSWER
                     break

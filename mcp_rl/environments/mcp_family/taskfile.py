@@ -19,6 +19,8 @@ Only what the user knows::
     tools: [create_entities, read_graph]              # allowed tools (default: the safe ones)
     limits: {max_turns: 6, max_tool_calls: 8, call_timeout_s: 10, output_bytes: 2000,
              max_tokens_per_turn: 128}
+    # system_prompt: ...                              # before the tools' listing
+    # first_turn_prefill: '<tool_call>{"name": "read_graph"'   # small models: start with a call
 
 A scenario's split depends only on its prompt (sha256), so it never moves between training and
 held-out whatever lines are added or reordered. The check's source is compiled at load (a syntax
@@ -125,6 +127,12 @@ class TaskFileModel(BaseModel):
     )
     limits: Limits = Field(default_factory=Limits)
     system_prompt: str | None = None
+    first_turn_prefill: str | None = Field(
+        None,
+        description="Text the first assistant turn starts with (part of the prompt, not trained), e.g. "
+        '\'<tool_call>{"name": "search_nodes", "arguments": {"query": "\': lets a small model that never '
+        "writes a call by itself start its episodes with one.",
+    )
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ lists the tools as JSON and asks for calls written as
     <tool_call>{"name": "tool_name", "arguments": {"key": "value"}}</tool_call>
 
 Both ask for the same call syntax (the Hermes/Qwen convention most tool templates use), so one
-parser reads both. A reply with no `<tool_call>` is the final answer. A call that is not valid
-JSON, names no offered tool, or has non-object arguments is malformed: it goes back to the model
+parser reads both. A reply with no `<tool_call>` is the final answer. A call is the first JSON
+value after `<tool_call>` (text after it up to `</tool_call>` is ignored); one that is not JSON, names no offered tool, or has non-object arguments is malformed: it goes back to the model
 as an error turn and is counted. Tool results come back as `tool` messages on the template path
 and as a user message wrapped in `<tool_response>` on the fallback path.
 """
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+_DECODER = json.JSONDecoder()
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 FALLBACK_INSTRUCTIONS = (
@@ -126,7 +127,9 @@ def parse_reply(text: str, offered: Sequence[str]) -> Reply:
     errors: list[str] = []
     for body in _CALL.findall(text):
         try:
-            data = json.loads(body)
+            # The first JSON value of the call; what follows it before </tool_call> is ignored
+            # (small models often add a stray character after a complete call).
+            data, _end = _DECODER.raw_decode(body)
         except ValueError:
             errors.append(f"the tool call {body[:80]!r} is not JSON")
             continue
