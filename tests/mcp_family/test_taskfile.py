@@ -122,3 +122,16 @@ def test_a_check_returning_a_non_score_is_an_error(tmp_path: Path) -> None:
         task = load(write_task(tmp_path, extra=extra))
         with pytest.raises(TaskFileError, match=r"check\(\) returned"):
             task.reward("x", task.train[0], [])
+
+
+def test_the_readme_task_file_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Teach a model to use your MCP server", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "jobs.mcp.yaml").write_text(block)
+    (tmp_path / "scenarios.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is person {i}'s job?", "answer": "pilot"}) + "\n" for i in range(20))
+    )
+    task = load(tmp_path / "jobs.mcp.yaml")
+    assert task.spec.tools == ["search_nodes", "open_nodes"] and task.spec.limits.max_turns == 3
+    assert task.spec.first_turn_prefill is not None and task.spec.first_turn_prefill.startswith("<tool_call>")
