@@ -215,3 +215,18 @@ def test_a_first_turn_prefill_is_prompt_and_the_policy_continues_it(tmp_path: Pa
     assert out.messages[-3]["content"] == prefill + 'France"}}</tool_call>'
     full = CharTokenizer(SMOL_TEMPLATE).apply_chat_template(out.messages)
     assert CharTokenizer(SMOL_TEMPLATE).decode(out.tokens) + "\n" == full
+
+
+def test_the_validator_reports_a_good_task_and_each_problem(tmp_path: Path) -> None:
+    from mcp_rl.environments.mcp_family.validate import validate
+
+    good = anyio.run(validate, load(write_task(tmp_path)))
+    assert good.ok and "capital" in good.offered and "wipe" not in good.offered
+    raising = "reward: {kind: check, check: \"def check(answer, trace): return 1 / (answer != 'Lima')\"}\n"
+    bad = anyio.run(validate, load(write_task(tmp_path, extra=raising)))
+    # Only the two Lima scenarios (lines 3 and 7) make this check raise.
+    assert [p.split(": the reward raised")[0] for p in bad.problems] == ["capitals.jsonl:3", "capitals.jsonl:7"]
+    path = write_task(tmp_path)
+    path.write_text(path.read_text().replace(str(TINY_SERVER), str(tmp_path / "gone.py")))
+    broken = anyio.run(validate, load(path))
+    assert not broken.ok and "failed to start" in broken.problems[0]
