@@ -230,3 +230,44 @@ def test_the_validator_reports_a_good_task_and_each_problem(tmp_path: Path) -> N
     path.write_text(path.read_text().replace(str(TINY_SERVER), str(tmp_path / "gone.py")))
     broken = anyio.run(validate, load(path))
     assert not broken.ok and "failed to start" in broken.problems[0]
+
+
+def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from mcp_rl.ports import allocate_ports
+
+    (port,) = allocate_ports(1)
+    server = subprocess.Popen(
+        [sys.executable, str(TINY_SERVER), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the HTTP server did not start"
+                time.sleep(0.1)
+        write_task(tmp_path)  # (for its capitals.jsonl)
+        path = tmp_path / "http.mcp.yaml"
+        path.write_text(
+            f"name: http\nserver: {{url: 'http://127.0.0.1:{port}/mcp', auth_env_var: TINY_TOKEN}}\n"
+            "scenarios: capitals.jsonl\nheld_out_fraction: 0.5\n"
+        )
+        task = load(path)
+        tokenizer = CharTokenizer(SMOL_TEMPLATE)
+        scenario = next(s for s in task.train + task.held_out if s.answer == "Tokyo")
+        policy = ScriptedPolicy(tokenizer, [call("capital", country="Japan"), "Tokyo"])
+        out = anyio.run(lambda: run_episode(task, scenario, tokenizer, policy, env={"TINY_TOKEN": "t"}))
+        assert out.trace[0]["result"] == "Tokyo" and out.reward == 1.0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
