@@ -33,8 +33,8 @@ def mcp_server_env(named: Iterable[str], base: Mapping[str, str] | None = None) 
     """The environment of an MCP server the task runs: SERVER_BASE_ENV plus the names the task
     lists; mcp-rl's keys (SECRET_ENV_VARS) never, even when a task names one.
 
-    Thin on purpose: once the shared allow-list (`Settings.user_code_env`, branch `secrets`) is
-    merged this should become `user_code_env(named)` minus SECRET_ENV_VARS."""
+    It runs inside the environment process, whose own environment is already the user-code
+    allow-list (`Settings.user_code_env`); this narrows it to what the server itself needs."""
     source = dict(os.environ) if base is None else dict(base)
     wanted = set(SERVER_BASE_ENV) | set(named)
     return {name: value for name, value in source.items() if name in wanted and name not in SECRET_ENV_VARS}
