@@ -55,6 +55,9 @@ class HeldOutSet(BaseModel):
     max_tokens: int
     temperature: float = 0.0  # greedy unless the environment says otherwise
     grader: Callable[[str, str], float]  # (completion text, answer) -> score
+    # False where `answer` is not a text a model could give (a task's item index): the constant
+    # baseline then tries only the models' own answers (mcp_rl.evaluation.verdict).
+    answers_are_references: bool = True
 
     def grade(self, item: HeldOutItem, completion: str) -> float:
         return float(self.grader(completion, item.answer))
@@ -193,4 +196,5 @@ def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
         items=items,
         max_tokens=max_tokens,
         grader=grade,
+        answers_are_references=False,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.evaluation.verdict import ConstantBaseline
 from mcp_rl.rundir import EVAL_DIR, read_jsonl
 
 # A completion longer than this is cut in the file (the score was taken on the whole text).
@@ -112,4 +113,24 @@ def read_measure(run_dir: Path) -> str | None:
     try:
         return (run_dir / EVAL_DIR / MEASURE_FILE).read_text(encoding="utf-8").strip() or None
     except OSError:
+        return None
+
+
+# What the best constant answer scores on the items of the evaluation at step S (mcp_rl.evaluation.verdict):
+# `eval/step_{S:06d}.constant.json`.
+CONSTANT_SUFFIX = ".constant.json"
+
+
+def constant_file(run_dir: Path, step: int) -> Path:
+    return run_dir / EVAL_DIR / f"step_{step:06d}{CONSTANT_SUFFIX}"
+
+
+def write_constant(run_dir: Path, step: int, baseline: ConstantBaseline) -> None:
+    write_text_atomic(constant_file(run_dir, step), baseline.model_dump_json())
+
+
+def read_constant(run_dir: Path, step: int) -> ConstantBaseline | None:
+    try:
+        return ConstantBaseline.model_validate_json(constant_file(run_dir, step).read_text(encoding="utf-8"))
+    except (OSError, ValidationError):
         return None

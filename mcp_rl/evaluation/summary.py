@@ -10,8 +10,23 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import UserError
-from mcp_rl.evaluation.outcomes import evaluated_steps, read_aggregates, read_measure, read_outcomes
+from mcp_rl.evaluation.outcomes import (
+    ItemOutcome,
+    evaluated_steps,
+    read_aggregates,
+    read_constant,
+    read_measure,
+    read_outcomes,
+)
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
+from mcp_rl.evaluation.verdict import (
+    AnswerShape,
+    ConstantBaseline,
+    answer_shape,
+    learned,
+    shape_warnings,
+    verdict_sentence,
+)
 from mcp_rl.rundir import eval_outcomes_file
 
 # Evaluations listed (first, last and evenly spaced between): a status call reads each one's file.
@@ -77,6 +92,23 @@ class HeldOutSummary(BaseModel):
         default_factory=list,
         description=f"The run's evaluations by step (at most {MAX_POINTS}: first, last, evenly between).",
     )
+    learned: bool | None = Field(
+        None,
+        description="False: one constant answer given to every item scores as much as the trained model, so the "
+        "figures do not show it learned the task, whatever p says. True: above that baseline. None: no baseline.",
+    )
+    constant_baseline: ConstantBaseline | None = Field(
+        None, description="The best constant answer over these items and what it scores (the trivial baseline)."
+    )
+    answers: AnswerShape | None = Field(
+        None, description="The latest evaluation's answers: distinct share, most common answer, full/partial credit."
+    )
+    base_answers: AnswerShape | None = Field(None, description="The same for the base evaluation.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the answers show beside the figures (collapse to one answer, a gain made of partial "
+        "credit), each with advice. Report them with the figures.",
+    )
     measure: str | None = Field(
         None,
         description="An environment's own evaluate(): which of its metrics the figures are, where it came from "
@@ -95,10 +127,12 @@ def held_out_summary(run_dir: Path) -> HeldOutSummary | None:
 def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
     steps = _thin(evaluated_steps(run_dir))
     scores = {}
+    rows: dict[int, list[ItemOutcome]] = {}
     labels: dict[str, str] = {}
     for step in steps:
         outcomes = read_outcomes(eval_outcomes_file(run_dir, step))
         if outcomes:
+            rows[step] = outcomes
             scores[step] = {o.item: o.score for o in outcomes}
             labels.update({o.item: o.group for o in outcomes if o.group is not None})
     if not scores:
@@ -126,6 +160,10 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         )
     except UserError:
         return None
+    constant = read_constant(run_dir, last)
+    top = max([1.0, *base.values(), *now.values()])
+    base_shape = _shape([o for o in rows[first] if o.item in now], top)
+    now_shape = _shape([o for o in rows[last] if o.item in base], top)
     return HeldOutSummary(
         n=result.n,
         base_step=first,
@@ -139,10 +177,21 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         test=result.test,
         wins=result.wins,
         losses=result.losses,
-        sentence=result.sentence,
+        sentence=verdict_sentence(result.sentence, result.trained_score, constant),
+        learned=learned(result.trained_score, constant),
+        constant_baseline=constant,
+        answers=now_shape,
+        base_answers=base_shape,
+        warnings=shape_warnings(
+            base_shape, now_shape, result.base_score, result.trained_score, learned(result.trained_score, constant)
+        ),
         groups=_by_group(common, base, now, labels),
         evaluations=points,
     )
+
+
+def _shape(outcomes: list[ItemOutcome], top: float) -> AnswerShape | None:
+    return answer_shape([o.completion for o in outcomes], [o.score for o in outcomes], top)
 
 
 def _by_group(

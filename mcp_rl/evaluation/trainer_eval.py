@@ -31,10 +31,12 @@ from mcp_rl.evaluation.outcomes import (
     read_aggregates,
     read_outcomes,
     write_aggregate,
+    write_constant,
     write_measure,
     write_outcomes,
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
+from mcp_rl.evaluation.verdict import best_constant
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     EVAL_BASE_SCORE_KEY,
@@ -98,6 +100,27 @@ class HeldOutEvaluator:
                 log.warning("held-out items could not be made; no held-out evaluation", exc_info=True)
         return self._set
 
+    def _write_constant(self, items: HeldOutSet, outcomes: list[ItemOutcome], step: int) -> None:
+        """What the best constant answer scores on these items (candidates: this evaluation's and
+        the base's most common answers, and the references), beside the outcomes."""
+        completions = {f"step {step}": [o.completion for o in outcomes]}
+        earlier = evaluated_steps(self.run_dir)
+        if earlier and earlier[0] != step:
+            completions[f"step {earlier[0]}"] = [
+                o.completion for o in read_outcomes(eval_outcomes_file(self.run_dir, earlier[0]))
+            ]
+        try:
+            baseline = best_constant(
+                [item.answer for item in items.items],
+                lambda text, i: items.grade(items.items[i], text),
+                completions,
+                [item.answer for item in items.items] if items.answers_are_references else None,
+            )
+            if baseline is not None:
+                write_constant(self.run_dir, step, baseline)
+        except Exception:  # a baseline that cannot be made must not end the run
+            log.warning("the constant-answer baseline at step %d could not be made", step, exc_info=True)
+
     def evaluate(self, sampler: Sampler, step: int) -> dict[str, Any]:
         """Evaluate the current weights at `step` (blocking). Returns the `eval/...` metrics
         ({} when there is nothing to evaluate or the evaluation failed: the run goes on)."""
@@ -115,6 +138,7 @@ class HeldOutEvaluator:
             for item, text in zip(items.items, completions, strict=True)
         ]
         write_outcomes(eval_outcomes_file(self.run_dir, step), outcomes)
+        self._write_constant(items, outcomes, step)
         seconds = time.monotonic() - began
         scores = [o.score for o in outcomes]
         metrics: dict[str, Any] = {

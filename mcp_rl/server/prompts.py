@@ -117,8 +117,12 @@ with the latest metrics; rl_check_status(run_id) gives the full status (rate-lim
 do not poll in a tight loop); rl_read_log(run_id) follows the trainer's log. Report step, reward mean and loss. If the state becomes failed, follow the diagnose_run \
 prompt's steps for this run_id.
 7. When the state is completed (or the person wants to stop: rl_stop_training(run_id)), call \
-rl_get_results(run_id): report the first, final and best reward (and accuracy), where the weights are \
-(a tinker:// URL or a local folder) and the W&B run, and say in one sentence whether the run is worth keeping."""
+rl_get_results(run_id): lead with its held_out verdict, not the training reward: quote held_out.sentence \
+(base -> trained on held-out items, the test, n, the interval), the best constant answer's score \
+(held_out.constant_baseline: when held_out.learned is false the run is NOT shown to have learned the task, \
+whatever p says; say so) and every held_out.warnings entry with its advice. Then the first, final and best \
+training reward, where the weights are (a tinker:// URL or a local folder) and the W&B run, and say in one \
+sentence whether the run is worth keeping."""
 
 
 def diagnose_run_text(run_id: str, recorded: list[str]) -> str:
