@@ -121,7 +121,11 @@ def learning_signal(
     rise = _mean_reward(recent) - _mean_reward(first) if apart and first else None
     if apart and len(first) >= MIN_STEPS and len(recent) >= MIN_STEPS:
         signal.reward_rise = _reward_rise(first, recent)
-    if len(recent) >= MIN_STEPS and groups >= MIN_GROUPS and share >= WARN_SHARE:
+    # A run that has had no signal at all since its first step warns from its MIN_STEPS-th step,
+    # however few groups a step samples (5 steps of 2 groups that no answer can win said nothing).
+    head = _step_rows(first_rows if first_rows is not None else rows)
+    never = bool(head) and all(_no_signal_at_all(r) for r in [*head, *steps])
+    if len(recent) >= MIN_STEPS and (groups >= MIN_GROUPS or never) and share >= WARN_SHARE:
         # Before the windows are apart only a run that trains on nothing at all is called.
         flat = rise is not None and rise < FLAT_RISE
         if signal.reward_rise is None and (flat or no_signal == groups):
@@ -129,6 +133,10 @@ def learning_signal(
         elif signal.reward_rise is not None:
             signal.reward_rise += f" Most recent groups ({share:.0%}) carry no signal, yet it learns."
     return signal
+
+
+def _no_signal_at_all(row: dict[str, Any]) -> bool:
+    return (_number(row.get(NO_SIGNAL_KEY)) or 0) >= (_number(row.get(GROUPS_KEY)) or 0) > 0
 
 
 def _mean_reward(rows: list[dict[str, Any]]) -> float:
@@ -187,6 +195,27 @@ def with_held_out(signal: LearningSignal | None, held_out: HeldOutSummary | None
     """`signal` with `held_out_flat` set when the run's held-out score has not moved: at least
     FLAT_MIN_STEPS steps after the base's evaluation, the paired comparison finds no difference."""
     if held_out is None or held_out.step is None or held_out.p_value is None or held_out.difference is None:
+        return signal
+    if (
+        signal is not None
+        and held_out.learned is False
+        and len(signal.steps) >= MIN_STEPS
+        and signal.no_signal_share >= WARN_SHARE
+    ):
+        # Dead groups, and the held-out figures do not beat a constant answer: warn whatever the
+        # training reward does (a reward rising on a trick is not learning).
+        baseline = held_out.constant_baseline
+        signal.warning = (
+            f"Little to learn from, and nothing learned shown: in steps {signal.steps[0]}-{signal.steps[-1]} "
+            f"{signal.no_signal_share:.0%} of groups gave every answer the same reward, and on {held_out.n} held-out "
+            f"items the trained model ({held_out.trained_score:.2f}) does no better than answering "
+            f'"{baseline.answer if baseline else "?"}" to every item ({baseline.score if baseline else 0:.2f}).'
+        )
+        signal.advice = [
+            "More answers per item make different rewards likelier: rl_edit_config('group_size', 8) (or 16).",
+            "A lower sampling temperature if the answers wander, a stricter score() (full credit only for the "
+            "exact answer) if a trick pays, easier items, or more steps.",
+        ]
         return signal
     if signal is not None and signal.warning and held_out.p_value < FLAT_P and held_out.difference > 0:
         # The held-out items say it learned: few groups with signal were enough.

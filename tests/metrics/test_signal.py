@@ -98,7 +98,8 @@ def test_a_small_share_or_too_few_steps_do_not_warn() -> None:
     assert signal is not None and signal.no_signal_share == 0.45 and signal.warning is None
     assert learning_signal(rows([8, 8])) is not None
     assert learning_signal(rows([8, 8])).warning is None  # type: ignore[union-attr]
-    assert learning_signal(rows([2] * 12, groups=2)).warning is None  # type: ignore[union-attr]
+    # Two groups a step with some signal: too few groups to call.
+    assert learning_signal(rows([2, 1, 2, 2, 1, 2, 2, 2, 1, 2, 2, 2], groups=2)).warning is None  # type: ignore[union-attr]
     assert learning_signal([{"step": 1, "reward/mean": 0.5}]) is None
 
 
@@ -186,3 +187,33 @@ def test_a_flat_held_out_score_after_many_steps_says_so_with_its_test_and_interv
     assert with_held_out(None, None) is None
     only_held_out = with_held_out(None, _held_out(0, 20, 0.3, 0.3, -0.04, 0.04, 1.0))
     assert only_held_out is not None and only_held_out.held_out_flat is not None
+
+
+def test_a_run_with_no_signal_since_its_first_step_warns_from_its_third_whatever_its_group_count() -> None:
+    # Issue 44: a 5-step run of 2 groups a step of a task no answer can win warned nothing.
+    assert learning_signal(rows([2, 2], groups=2)).warning is None  # type: ignore[union-attr]
+    third = learning_signal(rows([2, 2, 2], groups=2))
+    assert third is not None and third.warning is not None and "6 of 6 groups" in third.warning
+    assert third.advice and any("group_size" in a for a in third.advice)
+    # One group with signal at the start: not "never", and too few groups to call otherwise.
+    assert learning_signal(rows([1, 2, 2, 2, 2], groups=2)).warning is None  # type: ignore[union-attr]
+
+
+def test_dead_groups_warn_whatever_the_reward_when_a_constant_answer_does_as_well() -> None:
+    from mcp_rl.evaluation.verdict import ConstantBaseline
+    from mcp_rl.metrics.signal import with_held_out
+
+    # The training reward rises (a trick pays) while most groups carry no signal.
+    rising = learning_signal(rows([7, 8, 7, 8, 7, 8, 7, 8, 7, 8, 7], reward=[0.1 * i for i in range(11)]))
+    assert rising is not None and rising.warning is None and rising.reward_rise is not None
+    held = _held_out(0, 30, 0.30, 0.36, 0.01, 0.10, 0.036)
+    held.learned = False
+    held.constant_baseline = ConstantBaseline(answer="0", score=0.36, source="the most common answer", candidates=4)
+    warned = with_held_out(rising, held)
+    assert warned is not None and warned.warning is not None
+    assert "nothing learned shown" in warned.warning and '"0"' in warned.warning and "0.36" in warned.warning
+    assert any("stricter score()" in a for a in warned.advice)
+    # The same figures above the constant: the usual rule (a held-out gain clears the warning).
+    held.learned = True
+    rising2 = learning_signal(rows([7, 8, 7, 8, 7, 8, 7, 8, 7, 8, 7], reward=[0.1 * i for i in range(11)]))
+    assert with_held_out(rising2, held).warning is None  # type: ignore[union-attr]
