@@ -44,6 +44,8 @@ class HeldOutItem(BaseModel):
     id: str  # stable across evaluations and runs with the same environment config
     messages: list[dict[str, str]]
     answer: str
+    # The item's label for the held-out figures per group (a task's metadata(item)), when it has one.
+    group: str | None = None
 
 
 class HeldOutSet(BaseModel):
@@ -144,6 +146,22 @@ def _gsm8k(env_config: dict[str, Any]) -> HeldOutSet:
     )
 
 
+# A label longer than this is cut (labels are meant to be short: "difficulty=hard").
+LABEL_CHARS = 80
+
+
+def _label(task: Any, problem: Any) -> str | None:
+    """The task's metadata(item) as one label, "key=value" pairs sorted by key ({"count": 3} ->
+    "count=3"); None when it has none or it cannot be read (a label is never worth a failed run)."""
+    try:
+        labels = task.metadata(problem)
+    except Exception:
+        return None
+    if not isinstance(labels, dict) or not labels:
+        return None
+    return ", ".join(f"{k}={v}" for k, v in sorted((str(k), str(v)) for k, v in labels.items()))[:LABEL_CHARS]
+
+
 def is_task(ref: EnvironmentRef) -> bool:
     """True when the reference names a mcp_rl.task.Task subclass (read from source, not imported)."""
     # the AST scan of discovery (stdlib only)
@@ -176,7 +194,7 @@ def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
         text = prompt_text(messages)
         seen[text] = seen.get(text, 0) + 1
         item_id = text if seen[text] == 1 else f"{text} #{seen[text]}"
-        items.append(HeldOutItem(id=item_id, messages=messages, answer=str(i)))
+        items.append(HeldOutItem(id=item_id, messages=messages, answer=str(i), group=_label(task, problem)))
 
     def grade(completion: str, index: str, task: Task = task, problems: list[Any] = problems) -> float:
         # the task's own bounds check (task_env imports atroposlib; this must not)

@@ -134,7 +134,7 @@ class HeldOutEvaluator:
             log.warning("held-out evaluation at step %d failed; training goes on", step, exc_info=True)
             return {}
         outcomes = [
-            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text)
+            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text, group=item.group)
             for item, text in zip(items.items, completions, strict=True)
         ]
         write_outcomes(eval_outcomes_file(self.run_dir, step), outcomes)

@@ -165,7 +165,7 @@ class EvalWorker:
             self._progress(index, state="failed", error=f"{type(exc).__name__}: {exc}")
             return
         outcomes = [
-            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text)
+            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text, group=item.group)
             for item, text in zip(items.items, texts, strict=True)
         ]
         path = self.dir / OUTCOMES_DIR / f"{model.slug}.jsonl"

@@ -41,7 +41,7 @@ def held_out(grader=exact) -> HeldOutSet:
 
 def write_eval(run_dir: Path, step: int, answers: list[str], items: HeldOutSet) -> list[ItemOutcome]:
     outcomes = [
-        ItemOutcome(item=item.id, score=items.grade(item, text), completion=text)
+        ItemOutcome(item=item.id, score=items.grade(item, text), completion=text, group=item.group)
         for item, text in zip(items.items, answers, strict=True)
     ]
     write_outcomes(eval_outcomes_file(run_dir, step), outcomes)
@@ -142,3 +142,48 @@ def test_a_collapse_warns_unless_the_model_is_above_the_constant_and_short_evalu
     assert shape_warnings(None, mostly_zero, 0.0, 1.0, above_constant=True) == []
     tiny = answer_shape(["0"] * 5, [1.0] * 5)
     assert shape_warnings(None, tiny, 0.0, 1.0) == []
+
+
+TASK = '''
+from mcp_rl.task import Task
+
+
+class CountR(Task):
+    """How many r's."""
+
+    name = "count_r"
+
+    def train_items(self):
+        return [{"prompt": f"How many r's in {w}?", "answer": str(w.count("r"))} for w in ("rare", "tree", "sky")]
+
+    def held_out_items(self):
+        words = ("arrr", "red", "blue", "carrot", "bird", "sun")
+        return [{"prompt": f"How many r's in {w}?", "answer": str(w.count("r"))} for w in words]
+
+    def prompt(self, item):
+        return item["prompt"]
+
+    def score(self, completion, item):
+        return 1.0 if completion.strip() == item["answer"] else 0.0
+
+    def metadata(self, item):
+        return {"count": int(item["answer"])}
+'''
+
+
+def test_a_tasks_metadata_groups_its_held_out_figures(tmp_path: Path) -> None:
+    # Issue 44: a task returning {"count": n} got `groups: []`; metadata(item) was never read.
+    from mcp_rl.evaluation.heldout import held_out_set
+    from mcp_rl.runconfig import EnvironmentRef
+
+    (tmp_path / "count_r.py").write_text(TASK)
+    ref = EnvironmentRef(name="count_r", class_name="CountR", file_path=tmp_path / "count_r.py", project_root=tmp_path)
+    items = held_out_set(ref, {})
+    assert [i.group for i in items.items] == ["count=3", "count=1", "count=0", "count=2", "count=1", "count=0"]
+    assert items.answers_are_references is False
+    run_dir = tmp_path / "run"
+    run(run_dir, ["9"] * 6, ["0"] * 6, items)
+    summary = held_out_summary(run_dir)
+    assert summary is not None and {g.group for g in summary.groups} == {"count=0", "count=1", "count=2", "count=3"}
+    zero = next(g for g in summary.groups if g.group == "count=0")
+    assert zero.trained_score == 1.0 and zero.base_score == 0.0
