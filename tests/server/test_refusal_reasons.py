@@ -100,7 +100,7 @@ async def test_the_scaffold_refuses_with_the_reason(home: Path, tmp_path: Path) 
             result = await client.call_tool("rl_new_environment", args)
             text = result.content[0].text
             assert result.is_error and why in text and len(text) < 1_500, (args, text[:300])
-        made = await client.call_tool("rl_new_environment", {"name": "arithmetic_2", "folder": str(home / "envs")})
+        made = await client.call_tool("rl_new_environment", {"name": "arithmetic_2"})
         assert not made.is_error, made.content
         assert (env_paths / "arithmetic_2.py").is_file()
 
