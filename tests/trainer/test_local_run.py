@@ -59,8 +59,11 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
     assert base["eval/n"] == TEST_HELD_OUT_LIMIT and 0.0 <= base["eval/score"] <= 1.0 and "reward/mean" not in base
     assert metrics[-1]["eval/n"] == base["eval/n"] and metrics[-1]["eval/base_score"] == base["eval/score"]
     assert metrics[-1]["eval/ci_low"] <= metrics[-1]["eval/difference"] <= metrics[-1]["eval/ci_high"]
+    # Each evaluation's outcomes and what the best constant answer scores on the same items.
     assert sorted(p.name for p in (config.paths.run_dir / "eval").iterdir()) == [
+        "step_000000.constant.json",
         "step_000000.jsonl",
+        "step_000003.constant.json",
         "step_000003.jsonl",
     ]
     for line in metrics:
