@@ -304,6 +304,8 @@ class RolloutGroup(BaseModel):
     answers: list[RolloutAnswer]
     answers_total: int  # answers in the group (those beyond ROLLOUT_ANSWERS_PER_GROUP are left out)
     signal: bool  # the answers got different rewards (a group with none trains nothing)
+    # An MCP task's judge (mcp_family/judge.py): its model, prompt, scores, reasons, cost; None without one.
+    judge: dict[str, Any] | None = None
 
 
 def clip_text(text: str, limit: int = ROLLOUT_TEXT_CHARS) -> str:

@@ -84,6 +84,9 @@ class Estimate:
     run_usd: dict[str, float | None] = field(default_factory=dict)
     rates: str | None = None
     problem: str | None = None
+    # An MCP task's paid judge (OpenRouter), beside the backend's cost: capped by its own
+    # judge.max_cost_usd (costs/training.py judge_estimate).
+    judge: dict[str, Any] | None = None
 
     @property
     def known(self) -> bool:
@@ -106,9 +109,14 @@ class Estimate:
             "drivers": self.drivers,
             "rates": self.rates,
             "problem": self.problem,
+            **({"judge": self.judge} if self.judge is not None else {}),
         }
 
     def summary(self) -> str:
+        text = self._backend_summary()
+        return text if self.judge is None else f"{text} Plus {self.judge['summary']}"
+
+    def _backend_summary(self) -> str:
         if self.free and self.drivers.get("self_hosted_server"):
             return (
                 f"$0 from Tinker: the run trains on the self-hosted Tinker-compatible server at "

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from mcp_rl.costs.estimate import Estimate, RunShape, estimate_run
+from mcp_rl.costs.estimate import Estimate, RunShape, estimate_run, fmt
+from mcp_rl.costs.openrouter import fetch_prices
 from mcp_rl.costs.rates import tinker_rates
+from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
@@ -37,7 +40,54 @@ def run_shape(config: RunConfig) -> RunShape:
 def estimate_training(settings: Settings, config: RunConfig) -> Estimate:
     shape = run_shape(config)
     billed = shape.backend == "tinker" and not shape.self_hosted
-    return estimate_run(shape, tinker_rates(settings, shape.model) if billed else None)
+    estimate = estimate_run(shape, tinker_rates(settings, shape.model) if billed else None)
+    estimate.judge = judge_estimate(settings, config, shape)
+    return estimate
+
+
+def judge_estimate(settings: Settings, config: RunConfig, shape: RunShape) -> dict[str, Any] | None:
+    """An MCP task's paid judge over the run (None: no task file, or no paid judge): every group
+    and held-out episode judged, each call at its bound, held to the task's judge.max_cost_usd."""
+    task_file = config.env.get("task_file")
+    if not keys_needed(task_file):
+        return None
+    # The task file's loader (pydantic, yaml): only a run with a paid judge reads it here.
+    from mcp_rl.environments.mcp_family import judge
+    from mcp_rl.environments.mcp_family.taskfile import TaskFileError, load
+
+    try:
+        task = load(str(task_file))
+    except TaskFileError as exc:
+        return {"label": "estimated", "at_most_usd": None, "summary": f"the judge: cost unknown ({exc})."}
+    spec = task.spec.judge
+    assert spec is not None  # keys_needed said it has one
+    prices, problem = fetch_prices(settings.openrouter_base_url)
+    price = prices.get(spec.model)
+    if price is None:
+        why = problem or f"no price for {spec.model!r} in OpenRouter's /models answer"
+        return {
+            "label": "estimated",
+            "model": spec.model,
+            "at_most_usd": None,
+            "summary": f"the judge: cost unknown ({why}).",
+        }
+    limits = task.spec.limits
+    raw = config.env.get("eval_scenarios")
+    held_out = len(task.held_out) if not isinstance(raw, int) or raw <= 0 else min(raw, len(task.held_out))
+    groups = shape.steps * math.ceil(shape.batch_size / max(1, shape.group_size))
+    # An episode as the judge reads it: every turn at its token limit (~4 characters a token) and
+    # every call's result at its byte limit.
+    episode_chars = limits.max_turns * limits.max_tokens_per_turn * 4 + limits.max_tool_calls * limits.output_bytes
+    found = judge.estimate(spec, price, shape.group_size, groups, shape.evaluations(), held_out, episode_chars)
+    return {
+        "label": "estimated",
+        "model": spec.model,
+        "calls": found.calls,
+        "per_group_usd_at_most": round(found.per_call_usd, 6),
+        "at_most_usd": round(found.at_most_usd, 6),
+        "max_cost_usd": spec.max_cost_usd,
+        "summary": f"the judge: at most ${fmt(found.at_most_usd)} ({found.note}).",
+    }
 
 
 # The run id of a run file built only to be priced (never written, never started).

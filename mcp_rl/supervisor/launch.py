@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mcp_rl.config.options import checked_tinker_url
 from mcp_rl.environments.discovery import declared_env_vars
+from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.ports import HOST
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings
@@ -52,6 +53,9 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     named = declared_env_vars(config.environment.file_path, config.environment.class_name)
     if config.trainer.wandb.enabled:
         named.append("WANDB_API_KEY")
+    # An MCP task with a paid judge calls OpenRouter from the environment process (never from the
+    # MCP server it runs: mcp_family/server.py keeps every key of ours out of that one).
+    named += keys_needed(config.env.get("task_file"))
     env_env = settings.user_code_env(named, WANDB_DIR=str(run_dir))
     # run-api is Atropos's own server: it needs no key either.
     api_env = settings.user_code_env(WANDB_DIR=str(run_dir))

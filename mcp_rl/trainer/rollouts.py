@@ -2,7 +2,7 @@
 
 After each step the trainer appends up to ROLLOUT_GROUPS_PER_STEP groups of its batch to
 `rollouts.jsonl` (format: mcp_rl.rundir.RolloutGroup): the prompt, each answer with its reward and
-the advantage the update gave it. One group with signal (different rewards) and one without are
+the advantage the update gave it (and an MCP task's judge verdict: its prompt, scores, reasons). One group with signal (different rewards) and one without are
 preferred, so both what is learned from and what is not can be read. Bounded: answers per group
 and characters per text are capped.
 """
@@ -68,5 +68,17 @@ def rollout_groups(step: int, batch: list[dict[str, Any]], examples: list[Traini
             RolloutAnswer(text=texts[i], reward=scores[i], advantage=_advantage(examples[first + i]))
             for i in range(min(n, ROLLOUT_ANSWERS_PER_GROUP, len(scores)))
         ]
-        kept.append(RolloutGroup(step=step, group=g, prompt=prompt, answers=answers, answers_total=n, signal=signal[g]))
+        overrides = group.get("group_overrides")
+        judge = overrides.get("judge") if isinstance(overrides, dict) else None
+        kept.append(
+            RolloutGroup(
+                step=step,
+                group=g,
+                prompt=prompt,
+                answers=answers,
+                answers_total=n,
+                signal=signal[g],
+                judge=judge if isinstance(judge, dict) else None,
+            )
+        )
     return kept

@@ -9,6 +9,12 @@ reward; GRPO compares the episodes of a group. evaluate() plays every held-out s
 
 An episode the server fails (it did not start, it crashed) is dropped and counted; a group whose
 every episode fails ends the run with the server's error (a broken server is a broken environment).
+
+With `reward.kind: judge` a full group is scored by the task's judge (mcp_family/judge.py: an
+OpenRouter model, priced and held to `judge.max_cost_usd`, or the local policy server); its prompt,
+scores and reasons go with the group (`group_overrides["judge"]`) into the kept rollouts. The
+OpenRouter key reaches this process only for such a task (the supervisor names it), never the
+MCP server's own process (mcp_family/server.py `mcp_server_env`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
 from mcp_rl.environments.mcp_family.episode import EndReason, Sample, Trajectory, run_episode, scored_group
-from mcp_rl.environments.mcp_family.taskfile import McpTask, Scenario, load
+from mcp_rl.environments.mcp_family.judge import Judge, JudgeReply, JudgeUnavailable, OpenRouterJudge
+from mcp_rl.environments.mcp_family.taskfile import LOCAL_JUDGE, JudgeSpec, McpTask, Scenario, load
 from mcp_rl.scored_data import groups_already_trained
 
 log = logging.getLogger("mcp_rl.mcp_env")
@@ -99,6 +106,7 @@ class McpEnv(BaseEnv):
         self._counters = Counters()
         self._eval_metrics: dict[str, float] = {}
         self._resume_skipped = False
+        self.judge: Judge | None = None
 
     @classmethod
     def config_init(cls) -> tuple[McpEnvConfig, list[APIServerConfig]]:
@@ -129,6 +137,31 @@ class McpEnv(BaseEnv):
             len(self.task.train),
             len(self.task.held_out),
         )
+        if self.task.spec.judge is not None:
+            self.judge = await self._make_judge(self.task.spec.judge)
+
+    async def _make_judge(self, spec: JudgeSpec) -> Judge:
+        if spec.model == LOCAL_JUDGE:
+            return Judge(spec, self._local_ask, None)
+        # mcp_rl.settings reads every variable; the supervisor hands this process the key only
+        # for a task with a paid judge.
+        from mcp_rl.settings import Settings
+
+        settings = Settings.from_env()
+        if settings.openrouter_api_key is None:
+            raise JudgeUnavailable(
+                f"the task's judge {spec.model!r} runs on OpenRouter: set OPENROUTER_API_KEY in the MCP server's "
+                'environment, or use judge.model: "local"'
+            )
+        client = OpenRouterJudge(settings.openrouter_base_url, settings.openrouter_api_key.get_secret_value())
+        return Judge(spec, client, await client.price(spec.model))
+
+    async def _local_ask(self, messages: list[dict[str, str]], spec: JudgeSpec) -> JudgeReply:
+        """The local judge: the policy's own server, greedy, through its chat template."""
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        sample = await self._policy("eval")(tokens, spec.max_tokens)
+        return JudgeReply(sample.text)
 
     def _task(self) -> McpTask:
         if self.task is None:
@@ -202,15 +235,34 @@ class McpEnv(BaseEnv):
 
     async def collect_trajectories(self, item: Scenario) -> tuple[ScoredDataGroup | None, list[Any]]:
         played = await self._episodes(item, self.config.group_size, "train")
+        if len(played) < self.config.group_size:
+            for trajectory in played:
+                self._counters.add(trajectory)
+            return None, []  # a group of another size would upset Atropos's batching
+        verdict = await self._judged(item, played)
         for trajectory in played:
             self._counters.add(trajectory)
-        if len(played) < self.config.group_size:
-            return None, []  # a group of another size would upset Atropos's batching
         group = ScoredDataGroup(**scored_group(played))
+        if verdict is not None:
+            group["group_overrides"] = {"judge": verdict}
         group["generation_params"] = {"temperature": self.config.temperature}
         if not self.config.include_messages:
             group["messages"] = None
         return group, []
+
+    async def _judged(self, scenario: Scenario, played: list[Trajectory]) -> dict[str, Any] | None:
+        """With a judge: the episodes' rewards set from its verdict, and the verdict's record."""
+        if self.judge is None:
+            return None
+        offered = self._offered(played)
+        verdict = await self.judge.score(scenario, offered, [t.messages for t in played])
+        for trajectory, score in zip(played, verdict.scores, strict=True):
+            trajectory.reward = score
+        return verdict.record()
+
+    def _offered(self, played: list[Trajectory]) -> list[str]:
+        task = self._task()
+        return list(task.spec.tools or sorted({c["name"] for t in played for c in t.trace}))
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         task = self._task()
@@ -225,6 +277,7 @@ class McpEnv(BaseEnv):
             except RuntimeError as exc:
                 log.warning("MCP %s: held-out scenario not played: %s", task.name, exc)
                 continue
+            await self._judged(scenario, [t])  # a held-out episode is judged alone
             samples.append(
                 {
                     "id": hashlib.sha256(scenario.prompt.encode()).hexdigest()[:16],
@@ -249,6 +302,8 @@ class McpEnv(BaseEnv):
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = {} if wandb_metrics is None else wandb_metrics
         metrics.update(self._counters.drain())
+        if self.judge is not None:
+            metrics.update(self.judge.metrics())
         metrics.update(self._eval_metrics)
         self._eval_metrics = {}
         await super().wandb_log(metrics)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from mcp_rl.environments.mcp_family.rewards import read_back
 from mcp_rl.environments.mcp_family.server import CallOutcome, open_server
 from mcp_rl.environments.mcp_family.taskfile import McpTask, Scenario
 from mcp_rl.environments.mcp_family.tools import Renderer, ToolSpec, parse_reply
@@ -73,6 +74,7 @@ class Trajectory:
     tool_errors: int = 0
     reward: float = 0.0
     exact_logprobs: bool = True  # False when a turn came without logprobs (a text-only server)
+    read_back: dict[str, Any] | None = None  # the read-back call's tool, result, score and reason
 
     def add(self, tokens: list[int], *, trained: bool, logprobs: list[float] | None = None) -> None:
         self.tokens.extend(tokens)
@@ -189,9 +191,15 @@ async def run_episode(
     context_tokens: int = 4096,
     env: Mapping[str, str] | None = None,
 ) -> Trajectory:
-    """One episode on a fresh server (started and ended here)."""
+    """One episode on a fresh server (started and ended here); a read-back reward is taken on
+    the same session after the episode, before the server ends."""
     async with open_server(task, env) as server:
-        return await play(task, scenario, server, tokenizer, policy, context_tokens=context_tokens)
+        out = await play(task, scenario, server, tokenizer, policy, context_tokens=context_tokens)
+        spec = task.spec.read_back
+        if spec is not None:
+            checked = await read_back(server.session, spec, scenario, task.spec.limits.call_timeout_s)
+            out.read_back, out.reward = checked.record(), checked.score
+        return out
 
 
 def scored_group(trajectories: list[Trajectory]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ Only what the user knows::
     scenarios: scenarios.jsonl                        # {"prompt": ..., "answer": ...} a line
     held_out_fraction: 0.2                            # split by the prompt's hash
     reward:
-      kind: normalised                                # exact | normalised | check
+      kind: normalised                                # exact | normalised | check | read_back | judge
       # check: |                                      # kind: check
       #   def check(answer, trace):
       #       return 1.0 if any(c["name"] == "read_graph" for c in trace) else 0.0
@@ -21,6 +21,8 @@ Only what the user knows::
              max_tokens_per_turn: 128}
     # system_prompt: ...                              # before the tools' listing
     # first_turn_prefill: '<tool_call>{"name": "read_graph"'   # small models: start with a call
+    # read_back: {tool: read_graph, arguments: {}, expect_field: expected_state, match: contains}
+    # judge: {model: openai/gpt-4o-mini, max_cost_usd: 2.0, rubric: "..."}   # reward.kind: judge
 
 A scenario's split depends only on its prompt (sha256), so it never moves between training and
 held-out whatever lines are added or reordered. The check's source is compiled at load (a syntax
@@ -99,6 +101,57 @@ class RewardKind(StrEnum):
     EXACT = "exact"
     NORMALISED = "normalised"
     CHECK = "check"
+    READ_BACK = "read_back"  # a tool call after the episode, its result compared (rewards.py)
+    JUDGE = "judge"  # a model scores each group's episodes relative to each other (judge.py)
+
+
+# The judge's default rubric (RULER's spirit: relative, goal first, then efficiency); the task
+# file's `judge.rubric` replaces it.
+DEFAULT_RUBRIC = """\
+- A trajectory that achieves the user's goal scores higher than one that does not.
+- Among trajectories that achieve it, the one that does so with fewer, correct tool calls scores higher.
+- A made-up fact scores lower than an honest "I could not find it".
+- Malformed tool calls and ignored tool errors count against a trajectory."""
+LOCAL_JUDGE = "local"
+
+
+class ReadBackMatch(StrEnum):
+    CONTAINS = "contains"  # each expected string (normalised) appears in the result: the share found
+    JSON_SUBSET = "json_subset"  # the result is JSON holding the expected JSON (objects by key, lists by element)
+
+
+class ReadBackSpec(BaseModel):
+    """A state-based check: after the episode, on the same server session, one tool call whose
+    result is compared to what the scenario expects (its `expect_field`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, description="The tool to call after the episode (need not be offered).")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
+    expect_field: str = Field(
+        "expected_state", min_length=1, description="The scenario's JSONL key holding what the result must hold."
+    )
+    match: ReadBackMatch = ReadBackMatch.CONTAINS
+
+
+class JudgeSpec(BaseModel):
+    """A judge model that scores each group's episodes relative to each other, 0-1 (RULER-style)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, description='An OpenRouter model id, or "local" (the policy\'s own server).')
+    rubric: str = Field(DEFAULT_RUBRIC, min_length=1, description="What makes one trajectory better than another.")
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="The judge's spending cap in USD (required for an OpenRouter model)."
+    )
+    max_tokens: int = Field(1024, ge=64, le=16384, description="Tokens the judge may answer with per group.")
+    timeout_s: float = Field(60.0, gt=0, le=600, description="Seconds one judge request may take.")
+
+    @model_validator(mode="after")
+    def _capped(self) -> JudgeSpec:
+        if self.model != LOCAL_JUDGE and self.max_cost_usd is None:
+            raise ValueError(f"judge.max_cost_usd is required for the paid judge {self.model!r} (e.g. 2.0)")
+        return self
 
 
 class RewardSpec(BaseModel):
@@ -133,6 +186,17 @@ class TaskFileModel(BaseModel):
         '\'<tool_call>{"name": "search_nodes", "arguments": {"query": "\': lets a small model that never '
         "writes a call by itself start its episodes with one.",
     )
+    read_back: ReadBackSpec | None = Field(None, description="The state check of reward.kind read_back.")
+    judge: JudgeSpec | None = Field(None, description="The judge of reward.kind judge.")
+
+    @model_validator(mode="after")
+    def _reward_parts(self) -> TaskFileModel:
+        kind = self.reward.kind
+        if (kind is RewardKind.READ_BACK) != (self.read_back is not None):
+            raise ValueError("read_back (tool, arguments, expect_field) is given exactly when reward.kind is read_back")
+        if (kind is RewardKind.JUDGE) != (self.judge is not None):
+            raise ValueError("judge (model, max_cost_usd, rubric) is given exactly when reward.kind is judge")
+        return self
 
 
 @dataclass(frozen=True)
@@ -166,8 +230,10 @@ class McpTask:
 
     def reward(self, answer: str | None, scenario: Scenario, trace: list[dict[str, Any]]) -> float:
         """The episode's reward in [0, 1]; no final answer (a limit ended it) scores 0 unless the
-        check says otherwise."""
+        check says otherwise. read_back and judge score later (after the episode, per group): 0 here."""
         kind = self.spec.reward.kind
+        if kind in (RewardKind.READ_BACK, RewardKind.JUDGE):
+            return 0.0
         if kind is RewardKind.CHECK:
             assert self.check_fn is not None
             return checked(self.check_fn(answer or "", trace), self.path)
@@ -269,7 +335,15 @@ def load(path: str | Path) -> McpTask:
         raise TaskFileError(f"task file {path} must be a mapping (name:, server:, scenarios:, ...)")
     spec = parse(raw, path)
     scenarios = read_scenarios(path.parent / spec.scenarios)
-    if spec.reward.kind is not RewardKind.CHECK:
+    if spec.read_back is not None:
+        field = spec.read_back.expect_field
+        missing = [s.line for s in scenarios if s.data.get(field) is None]
+        if missing:
+            raise TaskFileError(
+                f"{path}: reward.kind read_back needs {field!r} (what the read-back must hold) on every scenario; "
+                f"lines {missing[:10]} have none"
+            )
+    if spec.reward.kind in (RewardKind.EXACT, RewardKind.NORMALISED):
         missing = [s.line for s in scenarios if s.answer is None]
         if missing:
             raise TaskFileError(
@@ -294,3 +368,22 @@ def find_task_files(folders: Sequence[Path]) -> list[Path]:
         if folder.is_dir():
             found.extend(sorted(p for p in folder.iterdir() if p.name.endswith(TASK_FILE_SUFFIX)))
     return found
+
+
+JUDGE_KEY_VARS = ("OPENROUTER_API_KEY", "OPENROUTER_BASE_URL")
+
+
+def keys_needed(task_file: object) -> list[str]:
+    """The variables of mcp-rl's own the environment process needs for this task file: OpenRouter's
+    key (and base URL) when its judge is a paid model, else none. A file that cannot be read needs
+    none (the environment reports it when it loads the file)."""
+    if not isinstance(task_file, str) or not task_file.endswith(TASK_FILE_SUFFIX):
+        return []
+    try:
+        raw = yaml.safe_load(Path(task_file).expanduser().read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, ValueError):
+        return []
+    judge = raw.get("judge") if isinstance(raw, dict) else None
+    if isinstance(judge, dict) and isinstance(judge.get("model"), str) and judge["model"] != LOCAL_JUDGE:
+        return list(JUDGE_KEY_VARS)
+    return []
