@@ -49,6 +49,9 @@ TRAINER_STATUS_FILE = "trainer_status.json"
 ENV_HEALTH_FILE = "env_health.json"
 # Written by the trainer after each step: what the model said, bounded (ROLLOUT_* below).
 ROLLOUTS_FILE = "rollouts.jsonl"
+# An MCP task's judge spend, shared by the run's environment and its held-out evaluations
+# (format: mcp_rl.environments.mcp_family.judge.SpendFile).
+JUDGE_SPEND_FILE = "judge_spend.json"
 ROLLOUT_GROUPS_PER_STEP = 2
 ROLLOUT_ANSWERS_PER_GROUP = 16
 ROLLOUT_TEXT_CHARS = 1500

@@ -272,6 +272,9 @@ class Settings(BaseModel):
     families_dir: Path | None = None
     # The original rate-limited rl_check_status to once per 30 minutes per run; 0 disables.
     status_min_interval_s: float = 1800.0
+    # An MCP task's judge spend, shared by a run's processes (its environment and its held-out
+    # evaluations) so judge.max_cost_usd holds over their sum; set by mcp-rl for its children.
+    judge_spend_file: Path | None = None
     introspect_timeout_s: float = 120.0
     # How long the warm introspection worker (atroposlib imported once, ~300 MB) waits for the
     # next select before it exits; 0: no worker, a fresh child per select (seconds slower).
@@ -377,6 +380,7 @@ class Settings(BaseModel):
             env_paths=_paths(env.get("MCP_RL_ENV_PATHS")),
             families_dir=Path(fd).expanduser().resolve() if (fd := env.get("MCP_RL_FAMILIES_DIR")) else None,
             status_min_interval_s=_float(env, "MCP_RL_STATUS_MIN_INTERVAL", 1800.0),
+            judge_spend_file=Path(js) if (js := env.get("MCP_RL_JUDGE_SPEND_FILE")) else None,
             introspect_timeout_s=_float(env, "MCP_RL_INTROSPECT_TIMEOUT", 120.0),
             introspect_worker_idle_s=_float(env, "MCP_RL_INTROSPECT_WORKER_IDLE", 600.0),
             tool_time_budget_s=_float(env, "MCP_RL_TOOL_TIME_BUDGET", 45.0),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.environments.discovery import declared_env_vars
+from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S, EnvEvaluation, run_environment_evaluate, uses_own_evaluate
 from mcp_rl.evaluation.heldout import HeldOutSet, NoHeldOutItems, held_out_set
 from mcp_rl.evaluation.outcomes import (
@@ -48,6 +49,7 @@ from mcp_rl.rundir import (
     EVAL_P_VALUE_KEY,
     EVAL_SCORE_KEY,
     EVAL_SECONDS_KEY,
+    JUDGE_SPEND_FILE,
     STEP_KEY,
     TIME_KEY,
     eval_outcomes_file,
@@ -171,8 +173,12 @@ class HeldOutEvaluator:
                 base_url=f"http://127.0.0.1:{port}/v1",
                 out_dir=self.run_dir / EVAL_DIR / f"env_step_{step:06d}",
                 # the environment's own code: the allow-list (with the run's marker: the child is the
-                # run's) and what it names; none of the trainer's keys
-                child_env=Settings.from_env().user_code_env(declared_env_vars(ref.file_path, ref.class_name)),
+                # run's) and what it names; none of the trainer's keys but OpenRouter's for an MCP
+                # task with a paid judge (its held-out episodes are judged)
+                child_env=Settings.from_env().user_code_env(
+                    declared_env_vars(ref.file_path, ref.class_name) + keys_needed(self.config.env.get("task_file")),
+                    MCP_RL_JUDGE_SPEND_FILE=str(self.run_dir / JUDGE_SPEND_FILE),
+                ),
                 timeout_s=DEFAULT_TIMEOUT_S,
                 metric=self.config.trainer.eval_metric,
             )

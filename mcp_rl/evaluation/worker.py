@@ -38,6 +38,7 @@ from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.costs.evaluation import CHUNK_ITEMS, ModelPricing, cap_stop, evaluation_cost
 from mcp_rl.environments.discovery import declared_env_vars
+from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.evaluation.checkpoint_models import (
     OUTCOMES_DIR,
     RESULT_FILE,
@@ -278,8 +279,12 @@ class EvalWorker:
                 run_yaml={"env": self.spec.env_config, "openai": self.spec.openai},
                 base_url=f"http://127.0.0.1:{port}/v1",
                 out_dir=self.dir / "env" / model.slug,
-                # the environment's own code: the allow-list and what it names, no key of ours
-                child_env=self.settings.user_code_env(declared_env_vars(env.file_path, env.class_name)),
+                # the environment's own code: the allow-list and what it names, no key of ours but
+                # OpenRouter's for an MCP task with a paid judge (its held-out episodes are judged)
+                child_env=self.settings.user_code_env(
+                    declared_env_vars(env.file_path, env.class_name)
+                    + keys_needed(self.spec.env_config.get("task_file"))
+                ),
                 model_name=model.id,
                 timeout_s=DEFAULT_TIMEOUT_S,
             )

@@ -11,6 +11,7 @@ from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.ports import HOST
 from mcp_rl.runconfig import RunConfig
+from mcp_rl.rundir import JUDGE_SPEND_FILE
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import readiness, tinker_sdk
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec
@@ -56,7 +57,9 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     # An MCP task with a paid judge calls OpenRouter from the environment process (never from the
     # MCP server it runs: mcp_family/server.py keeps every key of ours out of that one).
     named += keys_needed(config.env.get("task_file"))
-    env_env = settings.user_code_env(named, WANDB_DIR=str(run_dir))
+    env_env = settings.user_code_env(
+        named, WANDB_DIR=str(run_dir), MCP_RL_JUDGE_SPEND_FILE=str(run_dir / JUDGE_SPEND_FILE)
+    )
     # run-api is Atropos's own server: it needs no key either.
     api_env = settings.user_code_env(WANDB_DIR=str(run_dir))
     python = sys.executable

@@ -368,3 +368,111 @@ def test_the_verdict_is_kept_with_the_rollouts(tmp_path: Path) -> None:
     path.write_text("".join(g.model_dump_json() + "\n" for g in kept))
     (back,) = read_rollouts(path)
     assert back.judge == verdict and [a.reward for a in back.answers] == [1.0, 0.2]
+
+
+def test_the_run_estimate_adds_the_judge_priced_from_openrouter(tmp_path: Path, home: Path) -> None:
+    from mcp_rl.costs.training import estimate_training
+    from mcp_rl.settings import Settings
+    from tests.conftest import make_env
+    from tests.kit.runs import arithmetic_run_config
+
+    (tmp_path / "t").mkdir()
+    task_file = _judge_task(tmp_path / "t", "{model: fake/judge, max_cost_usd: 0.05}")
+    with FakeOpenRouter(behaviours={MODEL: "ok"}) as fake:
+        settings = Settings.from_env(make_env(home, OPENROUTER_BASE_URL=fake.base_url))
+        config = arithmetic_run_config(
+            tmp_path / "run",
+            tmp_path,
+            num_steps=10,
+            batch_size=8,
+            group_size=4,
+            env_overrides={"task_file": str(task_file)},
+        )
+        estimate = estimate_training(settings, config)
+        plain = estimate_training(settings, arithmetic_run_config(tmp_path / "run2", tmp_path))
+        assert not fake.completions_for(MODEL)  # an estimate makes no paid call
+    judged = estimate.as_dict()["judge"]
+    assert judged["model"] == MODEL and judged["calls"] == 10 * 2 + 2 * len(load(task_file).held_out)
+    assert 0 < judged["at_most_usd"] <= 0.05 and judged["max_cost_usd"] == 0.05
+    assert (
+        "Plus the judge: at most $" in estimate.summary() and "held to judge.max_cost_usd $0.05" in estimate.summary()
+    )
+    assert plain.judge is None and "judge" not in plain.as_dict() and "judge" not in plain.summary()
+    with FakeOpenRouter(catalog=["someone/else"]) as fake:
+        settings = Settings.from_env(make_env(home, OPENROUTER_BASE_URL=fake.base_url))
+        unknown = estimate_training(settings, config).as_dict()["judge"]
+    assert unknown["at_most_usd"] is None and "no price for 'fake/judge'" in unknown["summary"]
+
+
+def test_the_cap_holds_over_every_process_of_a_run_and_survives_a_restart(tmp_path: Path) -> None:
+    from mcp_rl.environments.mcp_family.judge import SpendFile
+
+    spend_path = tmp_path / "run" / "judge_spend.json"
+    with FakeOpenRouter(responder=Responder(), behaviours={MODEL: "ok"}) as fake:
+
+        async def main() -> tuple[list[Judge], Exception]:
+            # Two judges sharing the run's spend file, as the training environment and a held-out
+            # evaluation do (separate processes; the file's lock is per open file, so this holds too).
+            judges = []
+            for _ in range(2):
+                client = OpenRouterJudge(fake.base_url, "k")
+                judges.append(
+                    Judge(
+                        spec(max_cost_usd=0.0045, max_tokens=100),
+                        client,
+                        await client.price(MODEL),
+                        SpendFile(spend_path),
+                    )
+                )
+            try:
+                for g in range(50):
+                    await judges[g % 2].score(SCENARIO, [], [episode(f"Lima {g}"), episode(f"Cusco {g}")])
+            except JudgeCostCapReached as exc:
+                return judges, exc
+            raise AssertionError("the cap never stopped the judges")
+
+        judges, stopped = anyio.run(main)
+        calls = len(fake.completions_for(MODEL))
+    total = SpendFile(spend_path).total()
+    assert total <= 0.0045 and "spent by this run" in str(stopped)
+    assert math.isclose(total, sum(j.ledger.spent_usd for j in judges), rel_tol=1e-9)
+    assert judges[0].ledger.calls >= 1 and judges[1].ledger.calls >= 1 and calls == sum(j.ledger.calls for j in judges)
+    # A resumed run's environment goes on from the spend recorded: it is refused at once.
+    with FakeOpenRouter(responder=Responder(), behaviours={MODEL: "ok"}) as fake:
+
+        async def resumed() -> None:
+            client = OpenRouterJudge(fake.base_url, "k")
+            judge = Judge(
+                spec(max_cost_usd=0.0045, max_tokens=100), client, await client.price(MODEL), SpendFile(spend_path)
+            )
+            await judge.score(SCENARIO, [], [episode("Lima x" * 20), episode("Cusco x" * 20)])  # (a larger call)
+
+        with pytest.raises(JudgeCostCapReached):
+            anyio.run(resumed)
+        assert fake.completions_for(MODEL) == []
+
+
+@pytest.mark.parametrize(
+    ("judge", "gets_key"), [("{model: fake/judge, max_cost_usd: 1}", True), ("{model: local}", False)]
+)
+def test_the_run_hands_the_key_and_the_spend_file_to_the_environment_process_only(
+    tmp_path: Path, home: Path, judge: str, gets_key: bool
+) -> None:
+    from mcp_rl.rundir import JUDGE_SPEND_FILE
+    from mcp_rl.settings import Settings
+    from mcp_rl.supervisor.launch import build_specs
+    from mcp_rl.supervisor.supervisor import Policy
+    from tests.conftest import make_env
+    from tests.kit.runs import arithmetic_run_config
+
+    (tmp_path / "t").mkdir()
+    task_file = _judge_task(tmp_path / "t", judge)
+    key = "sk-or-v1-" + "b" * 48
+    settings = Settings.from_env(make_env(home, OPENROUTER_API_KEY=key))
+    config = arithmetic_run_config(tmp_path / "run", tmp_path, env_overrides={"task_file": str(task_file)})
+    specs = {s.name: s for s in build_specs(config, config.paths.run_dir / "run.yaml", settings, Policy())}
+    assert (specs["env"].env.get("OPENROUTER_API_KEY") == key) is gets_key
+    assert specs["env"].env["MCP_RL_JUDGE_SPEND_FILE"] == str(config.paths.run_dir / JUDGE_SPEND_FILE)
+    assert "OPENROUTER_API_KEY" not in specs["api"].env
+    # ... and from that environment, the MCP server's process never gets it.
+    assert "OPENROUTER_API_KEY" not in mcp_server_env(["OPENROUTER_API_KEY"], specs["env"].env)

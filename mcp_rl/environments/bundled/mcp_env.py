@@ -32,7 +32,7 @@ from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
 from mcp_rl.environments.mcp_family.episode import EndReason, Sample, Trajectory, run_episode, scored_group
-from mcp_rl.environments.mcp_family.judge import Judge, JudgeReply, JudgeUnavailable, OpenRouterJudge
+from mcp_rl.environments.mcp_family.judge import Judge, JudgeReply, JudgeUnavailable, OpenRouterJudge, SpendFile
 from mcp_rl.environments.mcp_family.taskfile import LOCAL_JUDGE, JudgeSpec, McpTask, Scenario, load
 from mcp_rl.scored_data import groups_already_trained
 
@@ -144,17 +144,18 @@ class McpEnv(BaseEnv):
         if spec.model == LOCAL_JUDGE:
             return Judge(spec, self._local_ask, None)
         # mcp_rl.settings reads every variable; the supervisor hands this process the key only
-        # for a task with a paid judge.
+        # for a task with a paid judge, and the run's shared spend file.
         from mcp_rl.settings import Settings
 
         settings = Settings.from_env()
+        spend = SpendFile(settings.judge_spend_file) if settings.judge_spend_file is not None else None
         if settings.openrouter_api_key is None:
             raise JudgeUnavailable(
                 f"the task's judge {spec.model!r} runs on OpenRouter: set OPENROUTER_API_KEY in the MCP server's "
                 'environment, or use judge.model: "local"'
             )
         client = OpenRouterJudge(settings.openrouter_base_url, settings.openrouter_api_key.get_secret_value())
-        return Judge(spec, client, await client.price(spec.model))
+        return Judge(spec, client, await client.price(spec.model), spend)
 
     async def _local_ask(self, messages: list[dict[str, str]], spec: JudgeSpec) -> JudgeReply:
         """The local judge: the policy's own server, greedy, through its chat template."""

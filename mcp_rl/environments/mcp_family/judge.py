@@ -9,7 +9,8 @@ with one LLM call; GRPO needs only their order within the group).
   model's `/models` price; a model without a price is refused at setup (the cap could not hold).
 - **Capped**: before each call, the spend so far plus the call's upper bound (its prompt at two
   characters a token, plus `max_tokens` at the completion price) must stay within
-  `judge.max_cost_usd`; otherwise `JudgeCostCapReached` is raised with the figures, every group
+  `judge.max_cost_usd`, over every process of the run (`SpendFile`, `MCP_RL_JUDGE_SPEND_FILE`:
+  the training environment and its held-out evaluations); otherwise `JudgeCostCapReached` is raised with the figures, every group
   then fails with it and the run ends with that cause (mcp_rl.supervisor.env_watch).
 - **Cached by trajectory**: identical episodes of a group are shown once, and a group whose
   distinct episode texts were judged before (in any order) is scored from memory: no second paid
@@ -30,11 +31,14 @@ import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.mcp_family.taskfile import LOCAL_JUDGE, JudgeSpec, Scenario
+from mcp_rl.locking import exclusive_lock
 
 TRAJECTORY_CHARS = 12_000  # of one episode shown to the judge (its middle cut when longer)
 RECORD_PROMPT_CHARS = 6_000  # of the judge's prompt kept with the rollouts
@@ -183,14 +187,48 @@ class Ledger:
     priced_from_tokens: int = 0  # calls whose cost was not reported (priced at the /models rate)
 
 
+class SpendFile:
+    """The judge's spend shared by a run's processes (its environment and each held-out
+    evaluation's): `{"spent_usd": ...}` under an exclusive lock. A call reserves its bound before it
+    is sent and settles to its real cost after, so processes judging at once never pass the cap
+    together, and a resumed run goes on from what was spent."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = path.with_name(path.name + ".lock")
+
+    def _read(self) -> float:
+        try:
+            value = json.loads(self.path.read_text(encoding="utf-8")).get("spent_usd", 0.0)
+        except (OSError, ValueError, AttributeError):
+            return 0.0
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else 0.0
+
+    def change(self, delta: float, cap: float | None = None) -> float | None:
+        """Add `delta` and return the new total; with `cap`, refuse (None, nothing changed) if the
+        total would pass it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.lock, timeout_s=30):
+            total = self._read() + delta
+            if cap is not None and total > cap:
+                return None
+            write_text_atomic(self.path, json.dumps({"spent_usd": max(0.0, total)}))
+            return total
+
+    def total(self) -> float:
+        return self._read()
+
+
 @dataclass
 class Judge:
     """Scores groups with `ask`; `price` (USD per prompt and completion token) is required for a
-    paid judge. Not thread-safe: one environment's groups are judged in its one event loop."""
+    paid judge. `spend`: the run's shared spend (None: this process's alone). Not thread-safe: one
+    environment's groups are judged in its one event loop."""
 
     spec: JudgeSpec
     ask: Ask
     price: tuple[float, float] | None
+    spend: SpendFile | None = None
     ledger: Ledger = field(default_factory=Ledger)
     _cache: OrderedDict[str, dict[str, tuple[float, str]]] = field(default_factory=OrderedDict)
 
@@ -214,17 +252,30 @@ class Judge:
         self.ledger.priced_from_tokens += 1
         return reply.prompt_tokens * self.price[0] + reply.completion_tokens * self.price[1]
 
-    def _hold_cap(self, messages: list[dict[str, str]]) -> None:
+    def _reserve(self, messages: list[dict[str, str]]) -> float:
+        """Hold the cap before a call: its bound is reserved (and returned), or JudgeCostCapReached."""
         if not self.paid or self.spec.max_cost_usd is None:
-            return
+            return 0.0
         assert self.price is not None
         bound = call_bound_usd(sum(len(m["content"]) for m in messages), self.spec.max_tokens, self.price)
-        if self.ledger.spent_usd + bound > self.spec.max_cost_usd:
-            raise JudgeCostCapReached(
-                f"judge cost cap reached: ${self.ledger.spent_usd:.4f} spent on {self.ledger.calls} calls to "
-                f"{self.spec.model} (judge.max_cost_usd ${self.spec.max_cost_usd:g}); the next call could cost up to "
-                f"${bound:.4f}. Raise judge.max_cost_usd in the task file or use a cheaper judge model"
-            )
+        cap = self.spec.max_cost_usd
+        if self.spend is not None:
+            if self.spend.change(bound, cap) is not None:
+                return bound
+            spent, where = self.spend.total(), "by this run"
+        elif self.ledger.spent_usd + bound <= cap:
+            return bound
+        else:
+            spent, where = self.ledger.spent_usd, f"on {self.ledger.calls} calls"
+        raise JudgeCostCapReached(
+            f"judge cost cap reached: ${spent:.4f} spent {where} on {self.spec.model} (judge.max_cost_usd "
+            f"${cap:g}); the next call could cost up to ${bound:.4f}. Raise judge.max_cost_usd in the task file "
+            "or use a cheaper judge model"
+        )
+
+    def _settle(self, reserved: float, cost: float) -> None:
+        if self.spend is not None and (reserved or cost):
+            self.spend.change(cost - reserved)
 
     async def score(
         self, scenario: Scenario, tools: Sequence[str], messages: Sequence[Sequence[dict[str, Any]]]
@@ -247,16 +298,21 @@ class Judge:
         verdict = Verdict([0.0] * len(texts), [""] * len(texts), self.spec.model, prompt_text)
         problem = ""
         for attempt in range(1, ATTEMPTS + 1):
-            self._hold_cap(prompt)
+            reserved = self._reserve(prompt)
             verdict.attempts = attempt
             try:
                 reply = await self.ask(prompt, self.spec)
             except JudgeCallFailed as exc:
+                self._settle(reserved, 0.0)
                 problem = f"the judge request failed: {exc}"
                 continue
+            except BaseException:
+                self._settle(reserved, 0.0)
+                raise
             finally:
                 self.ledger.calls += 1
             cost = self._cost(reply)
+            self._settle(reserved, cost)
             self.ledger.spent_usd += cost
             verdict.cost_usd += cost
             try:
