@@ -114,9 +114,20 @@ async def test_the_cap_ends_the_group_with_its_cause_and_a_missing_key_is_named(
         monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-judge")
         monkeypatch.setenv("OPENROUTER_BASE_URL", fake.base_url)
         env = await make_env(tmp_path, tiny_tokenizer, f"{{model: {JUDGE}, max_cost_usd: 0.0001}}", group_size=2)
-        with pytest.raises(JudgeCostCapReached, match="judge cost cap reached"):
+        with pytest.raises(JudgeCostCapReached, match="judge cost cap reached") as info:
             await env.collect_trajectories(env.task.train[0])
         assert fake.completions_for(JUDGE) == []
+        # Every group then fails the same way: the supervisor ends the run with the judge's sentence.
+        from mcp_rl.environments.failure_report import HealthRecorder
+        from mcp_rl.supervisor.env_watch import hopeless
+        from mcp_rl.supervisor.supervisor import Policy
+
+        recorder, policy = HealthRecorder(tmp_path / "env_health.json"), Policy()
+        for _ in range(policy.env_fail_streak):
+            recorder.failed(info.value)
+        cause = hopeless(recorder.health, 0.0, policy.env_fail_streak, policy.env_no_score_s)
+        assert cause is not None and "JudgeCostCapReached: judge cost cap reached" in cause
+        assert "judge.max_cost_usd $0.0001" in cause
         monkeypatch.delenv("OPENROUTER_API_KEY")
         with pytest.raises(JudgeUnavailable, match="set OPENROUTER_API_KEY"):
             await make_env(tmp_path, tiny_tokenizer, f"{{model: {JUDGE}, max_cost_usd: 1}}")
