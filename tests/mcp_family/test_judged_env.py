@@ -131,3 +131,36 @@ async def test_the_cap_ends_the_group_with_its_cause_and_a_missing_key_is_named(
         monkeypatch.delenv("OPENROUTER_API_KEY")
         with pytest.raises(JudgeUnavailable, match="set OPENROUTER_API_KEY"):
             await make_env(tmp_path, tiny_tokenizer, f"{{model: {JUDGE}, max_cost_usd: 1}}")
+
+
+async def test_the_local_judge_is_the_policy_server_through_the_chat_template(
+    tmp_path: Path, tiny_tokenizer: str
+) -> None:
+    env = await make_env(tmp_path, tiny_tokenizer, "{model: local}", group_size=2)
+    episodes = env._policy
+    judge_prompts: list[str] = []
+
+    def policy(split: str) -> Any:
+        play = episodes(split)
+
+        async def either(tokens: list[int], max_tokens: int) -> Sample:
+            text = env.tokenizer.decode(tokens)
+            if "Grading standards" not in text:
+                return await play(tokens, max_tokens)
+            judge_prompts.append(text)
+            answer = judge_responder("local", text, 0)
+            return Sample([ord(c) for c in answer], None, answer)
+
+        return either
+
+    env._policy = policy
+    group, _ = await env.collect_trajectories(next(s for s in env.task.train + env.task.held_out if s.answer == "Lima"))
+    assert group is not None and sorted(group["scores"]) == [0.1, 0.9]
+    verdict = group["group_overrides"]["judge"]
+    assert verdict["model"] == "local" and verdict["cost_usd"] == 0.0 and env.judge.ledger.spent_usd == 0.0
+    # One request, rendered by the chat template (the system turn holds the rubric), greedy ("eval").
+    (prompt,) = judge_prompts
+    assert prompt.startswith("<|im_start|>system\nAll of the trajectories") and prompt.endswith(
+        "<|im_start|>assistant\n"
+    )
+    assert "The tools offered: capital" in prompt

@@ -262,8 +262,7 @@ class McpEnv(BaseEnv):
         return verdict.record()
 
     def _offered(self, played: list[Trajectory]) -> list[str]:
-        task = self._task()
-        return list(task.spec.tools or sorted({c["name"] for t in played for c in t.trace}))
+        return list(dict.fromkeys(name for t in played for name in t.offered))
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         task = self._task()

@@ -75,6 +75,7 @@ class Trajectory:
     reward: float = 0.0
     exact_logprobs: bool = True  # False when a turn came without logprobs (a text-only server)
     read_back: dict[str, Any] | None = None  # the read-back call's tool, result, score and reason
+    offered: list[str] = field(default_factory=list)  # the tools the policy was offered
 
     def add(self, tokens: list[int], *, trained: bool, logprobs: list[float] | None = None) -> None:
         self.tokens.extend(tokens)
@@ -109,7 +110,7 @@ async def play(
     limits = task.spec.limits
     renderer = Renderer(tokenizer, tools.tools, task.spec.system_prompt)
     offered = [t.name for t in tools.tools]
-    out = Trajectory()
+    out = Trajectory(offered=offered)
     out.messages = renderer.first_messages(scenario.prompt)
     shown = renderer.render(out.messages, generation=True)  # the text of out.tokens
     out.add(_encode(tokenizer, shown), trained=False)
