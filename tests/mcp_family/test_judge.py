@@ -476,3 +476,41 @@ def test_the_run_hands_the_key_and_the_spend_file_to_the_environment_process_onl
     assert "OPENROUTER_API_KEY" not in specs["api"].env
     # ... and from that environment, the MCP server's process never gets it.
     assert "OPENROUTER_API_KEY" not in mcp_server_env(["OPENROUTER_API_KEY"], specs["env"].env)
+
+
+def test_concurrent_groups_and_a_timed_out_call_are_counted_against_the_cap() -> None:
+    release = anyio.Event()
+    answered: list[int] = []
+
+    async def slow_ask(messages: list[dict[str, str]], s: JudgeSpec) -> JudgeReply:
+        await release.wait()
+        answered.append(1)
+        return JudgeReply('{"scores": [{"trajectory_id": 1, "score": 1}]}', 10, 10, cost_usd=0.0)
+
+    judge = Judge(spec(max_cost_usd=0.002, max_tokens=1000), slow_ask, (1e-6, 1e-6))
+    outcomes: list[Any] = []
+
+    async def one(g: int) -> None:
+        try:
+            outcomes.append(await judge.score(SCENARIO, [], [episode(f"Lima {g}")]))
+        except JudgeCostCapReached as exc:
+            outcomes.append(exc)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for g in range(4):
+                tg.start_soon(one, g)
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+
+    anyio.run(main)
+    # Each call's bound is ~$0.0016: only one may be in flight under a $0.002 cap, whatever the timing.
+    assert len(answered) == 1 and sum(isinstance(o, JudgeCostCapReached) for o in outcomes) == 3
+
+    async def timing_out(messages: list[dict[str, str]], s: JudgeSpec) -> JudgeReply:
+        raise judge_mod.JudgeCallFailed("ReadTimeout reaching OpenRouter", maybe_billed=True)
+
+    late = Judge(spec(max_cost_usd=1.0, max_tokens=1000), timing_out, (1e-6, 1e-6))
+    verdict = anyio.run(lambda: late.score(SCENARIO, [], [episode("Lima")]))
+    assert verdict.error is not None and "ReadTimeout" in verdict.error
+    assert verdict.cost_usd > 0.002 and late.ledger.spent_usd == verdict.cost_usd  # two calls at their bound

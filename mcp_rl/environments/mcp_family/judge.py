@@ -71,7 +71,12 @@ Ask = Callable[[list[dict[str, str]], JudgeSpec], Awaitable[JudgeReply]]
 
 
 class JudgeCallFailed(Exception):
-    """One judge request failed in a way a retry may fix (5xx, 429, a timeout, a connection)."""
+    """One judge request failed in a way a retry may fix (5xx, 429, a timeout, a connection).
+    `maybe_billed`: it was sent and may have been processed (a timeout): counted at its bound."""
+
+    def __init__(self, message: str, maybe_billed: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_billed = maybe_billed
 
 
 class JudgeUnavailable(RuntimeError):
@@ -230,6 +235,7 @@ class Judge:
     price: tuple[float, float] | None
     spend: SpendFile | None = None
     ledger: Ledger = field(default_factory=Ledger)
+    _reserved_usd: float = 0.0  # bounds of calls in flight (groups are judged concurrently)
     _cache: OrderedDict[str, dict[str, tuple[float, str]]] = field(default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
@@ -263,10 +269,11 @@ class Judge:
             if self.spend.change(bound, cap) is not None:
                 return bound
             spent, where = self.spend.total(), "by this run"
-        elif self.ledger.spent_usd + bound <= cap:
+        elif self.ledger.spent_usd + self._reserved_usd + bound <= cap:
+            self._reserved_usd += bound
             return bound
         else:
-            spent, where = self.ledger.spent_usd, f"on {self.ledger.calls} calls"
+            spent, where = self.ledger.spent_usd + self._reserved_usd, f"on {self.ledger.calls} calls"
         raise JudgeCostCapReached(
             f"judge cost cap reached: ${spent:.4f} spent {where} on {self.spec.model} (judge.max_cost_usd "
             f"${cap:g}); the next call could cost up to ${bound:.4f}. Raise judge.max_cost_usd in the task file "
@@ -276,6 +283,8 @@ class Judge:
     def _settle(self, reserved: float, cost: float) -> None:
         if self.spend is not None and (reserved or cost):
             self.spend.change(cost - reserved)
+        elif self.spend is None:
+            self._reserved_usd = max(0.0, self._reserved_usd - reserved)
 
     async def score(
         self, scenario: Scenario, tools: Sequence[str], messages: Sequence[Sequence[dict[str, Any]]]
@@ -303,7 +312,10 @@ class Judge:
             try:
                 reply = await self.ask(prompt, self.spec)
             except JudgeCallFailed as exc:
-                self._settle(reserved, 0.0)
+                billed = reserved if exc.maybe_billed else 0.0
+                self._settle(reserved, billed)
+                self.ledger.spent_usd += billed
+                verdict.cost_usd += billed
                 problem = f"the judge request failed: {exc}"
                 continue
             except BaseException:
@@ -390,7 +402,9 @@ class OpenRouterJudge:
                 timeout=spec.timeout_s,
             )
         except httpx.HTTPError as exc:
-            raise JudgeCallFailed(f"{type(exc).__name__} reaching OpenRouter") from None
+            # A request that timed out after it was sent may still be billed.
+            sent = isinstance(exc, httpx.ReadTimeout | httpx.RemoteProtocolError)
+            raise JudgeCallFailed(f"{type(exc).__name__} reaching OpenRouter", maybe_billed=sent) from None
         try:
             parsed = response.json()
         except ValueError:
