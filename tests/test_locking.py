@@ -49,3 +49,20 @@ def test_the_context_locks_are_held_while_inside_and_time_out_against_a_holder(t
     assert not is_held(path)
     with shared_lock(path), shared_lock(path, timeout_s=0.05):
         assert is_held(path)
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mcp_rl"
+
+
+def test_locks_and_whole_file_writes_each_have_one_home() -> None:
+    """flock only in locking.py (no third-party lock package), os.replace/os.rename only in
+    atomic.py: a new hand-written lock or temp-then-replace elsewhere fails here."""
+    strays = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if rel != "locking.py" and ("import fcntl" in text or "filelock" in text):
+            strays.append(f"{rel}: a lock outside mcp_rl/locking.py")
+        if rel != "atomic.py" and ("os.replace(" in text or "os.rename(" in text):
+            strays.append(f"{rel}: a rename outside mcp_rl/atomic.py")
+    assert strays == []
