@@ -3,6 +3,7 @@ and the checks that refuse a job before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -19,6 +20,7 @@ from mcp_rl.supervisor.launchers import JobState, Resources, job_info, launcher_
 from mcp_rl.supervisor.launchers.ray import RayLauncher
 from mcp_rl.supervisor.launchers.slurm import SlurmLauncher
 from tests.cluster.slurm_cluster import SlurmCluster
+from tests.kit.wait import wait_for
 
 
 @pytest.fixture
@@ -29,12 +31,10 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> d
 
 
 def _wait_state(job_id: str, wanted: set[JobState], deadline_s: float = 120.0) -> JobState:
-    end = time.monotonic() + deadline_s
-    while True:
-        state = job_info("slurm", job_id, fresh=True).state
-        if state in wanted or time.monotonic() > end:
-            return state
-        time.sleep(0.2)
+    """The job's state once it is one of `wanted`; the state it has at the deadline otherwise."""
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: job_info("slurm", job_id, fresh=True).state in wanted, deadline_s, "the job", interval=0.2)
+    return job_info("slurm", job_id, fresh=True).state
 
 
 def test_the_batch_script_carries_the_resources_and_the_gentle_stop(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ supervisor, trainer and Tinker tests; a new test that waits uses it."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -50,6 +51,15 @@ def wait_for(
             tails = "".join(f"\n--- {p.name}\n{p.tail()}" for p in watch)
             raise AssertionError(f"timed out after {timeout} s waiting for {what}{tails}")
         time.sleep(interval)
+
+
+def listening(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port: a readiness probe for `wait_for`."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 async def wait_for_async(
