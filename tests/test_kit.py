@@ -58,3 +58,27 @@ def test_the_wait_helper_returns_the_value_as_soon_as_it_holds_and_fails_at_its_
     assert time.monotonic() - began < 5
     with pytest.raises(AssertionError, match="timed out after 0.1 s waiting for never"):
         wait_for(lambda: False, 0.1, "never")
+
+
+def test_shared_test_support_lives_in_the_kit_or_the_fakes() -> None:
+    """A helper module (not a test, not a conftest) imported from another test folder belongs in
+    tests/kit (or tests/fakes): test support in one place, not in whichever folder wrote it first."""
+    import ast
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    homes = {"kit", "fakes", "fixtures"}
+    strays: set[str] = set()
+    for path in sorted(tests.rglob("*.py")):
+        rel = path.relative_to(tests)
+        if rel.parts[0] in homes:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("tests."):
+                continue
+            parts = node.module.split(".")[1:]
+            if parts[0] in homes or parts[-1] == "conftest" or parts[-1].startswith("test_"):
+                continue
+            if parts[:-1] != list(rel.parts[:-1]):  # a helper of another folder (or of tests/ itself)
+                strays.add(f"{rel} imports tests.{'.'.join(parts)}")
+    assert strays == set()

@@ -13,9 +13,8 @@ from mcp_rl.evaluation import checkpoint_eval
 from mcp_rl.run_checkpoints import TINKER_OPENAI_BASE_URL
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
 from tests.fakes.tinker_server import API_KEY
-from tests.kit.runs import TEST_HELD_OUT_LIMIT
+from tests.kit.runs import TEST_HELD_OUT_LIMIT, record_checkpoint, write_run_file
 from tests.kit.tinker_wire import serve
 from tests.kit.wait import wait_for
 

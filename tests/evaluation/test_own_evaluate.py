@@ -18,7 +18,7 @@ from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.rundir import eval_outcomes_file
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok
+from tests.kit.mcp import ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(1200)]
 

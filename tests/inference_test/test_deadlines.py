@@ -17,7 +17,7 @@ from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import WORKER_FILE, WorkerRecord
 from mcp_rl.settings import Settings
 from tests.fakes.fake_openrouter import FakeOpenRouter
-from tests.inference_test.helpers import ENV_NAME, ENV_PATHS
+from tests.kit.smoke_tests import ENV_NAME, ENV_PATHS
 from tests.kit.wait import wait_for_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 
 class Watched(Protocol):
-    """A child process a wait gives up on as soon as it exits (tests/trainer/run_harness.py `Proc`)."""
+    """A child process a wait gives up on as soon as it exits (tests/kit/run_harness.py `Proc`)."""
 
     name: str
     popen: subprocess.Popen[bytes]

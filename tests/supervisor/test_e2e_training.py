@@ -24,10 +24,10 @@ from mcp_rl.ports import port_is_free
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
+from tests.kit.mcp import SHORT_RUN as SHORT
+from tests.kit.mcp import ok
 from tests.kit.runs import TEST_HELD_OUT_LIMIT
-from tests.mcp_helpers import SHORT_RUN as SHORT
-from tests.mcp_helpers import ok
-from tests.shared_run import CompletedRun
+from tests.kit.shared_run import CompletedRun
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

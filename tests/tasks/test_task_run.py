@@ -19,8 +19,8 @@ from mcp import Client
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
-from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import ok
+from tests.kit.mcp import ok
+from tests.kit.smoke_tests import read_until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

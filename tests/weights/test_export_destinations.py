@@ -20,7 +20,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.weights import checkpoints, jobs
 from mcp_rl.weights.destination import MARKER_FILE, check_existing, write_marker
 from mcp_rl.weights.jobs import ExportState
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
+from tests.kit.runs import record_checkpoint, write_run_file
 from tests.kit.wait import wait_for
 
 

@@ -23,7 +23,7 @@ from mcp.types import ResourceUpdatedNotification
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
-from tests.mcp_helpers import SHORT_RUN, ok
+from tests.kit.mcp import SHORT_RUN, ok
 
 RUN_DEADLINE_S = 600.0
 # How long after completing the run the subscribed client may still wait for its notification.

@@ -56,7 +56,7 @@ def build_family(family: str) -> Path:
         capture_output=True,
         text=True,
         env=dict(os.environ, MCP_RL_FAMILIES_DIR=str(FAMILIES)),
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         timeout=1600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
