@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from tests.kit.loopback import LoopbackServer
-from tests.kit.wait import wait_for
+from tests.kit.wait import WaitTimeout, wait_for
 
 
 class _Hello(BaseHTTPRequestHandler):
@@ -56,7 +56,7 @@ def test_the_wait_helper_returns_the_value_as_soon_as_it_holds_and_fails_at_its_
     ready_at = began + 0.2
     assert wait_for(lambda: time.monotonic() >= ready_at and "ready", 10, "the clock") == "ready"
     assert time.monotonic() - began < 5
-    with pytest.raises(AssertionError, match="timed out after 0.1 s waiting for never"):
+    with pytest.raises(WaitTimeout, match="timed out after 0.1 s waiting for never"):
         wait_for(lambda: False, 0.1, "never")
 
 

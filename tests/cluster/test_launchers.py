@@ -20,7 +20,7 @@ from mcp_rl.supervisor.launchers import JobState, Resources, job_info, launcher_
 from mcp_rl.supervisor.launchers.ray import RayLauncher
 from mcp_rl.supervisor.launchers.slurm import SlurmLauncher
 from tests.cluster.slurm_cluster import SlurmCluster
-from tests.kit.wait import wait_for
+from tests.kit.wait import WaitTimeout, wait_for
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> d
 
 def _wait_state(job_id: str, wanted: set[JobState], deadline_s: float = 120.0) -> JobState:
     """The job's state once it is one of `wanted`; the state it has at the deadline otherwise."""
-    with contextlib.suppress(AssertionError):
+    with contextlib.suppress(WaitTimeout):
         wait_for(lambda: job_info("slurm", job_id, fresh=True).state in wanted, deadline_s, "the job", interval=0.2)
     return job_info("slurm", job_id, fresh=True).state
 

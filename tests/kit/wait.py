@@ -13,6 +13,11 @@ from typing import Any, Protocol, TypeVar
 T = TypeVar("T")
 
 
+class WaitTimeout(AssertionError):
+    """The deadline passed before the condition held (a test that reads the last state itself
+    catches this, and only this: an assertion inside the condition still fails the test)."""
+
+
 class Watched(Protocol):
     """A child process a wait gives up on as soon as it exits (tests/kit/run_harness.py `Proc`)."""
 
@@ -49,7 +54,7 @@ def wait_for(
                 )
         if time.monotonic() > end:
             tails = "".join(f"\n--- {p.name}\n{p.tail()}" for p in watch)
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}{tails}")
+            raise WaitTimeout(f"timed out after {timeout} s waiting for {what}{tails}")
         time.sleep(interval)
 
 
@@ -80,5 +85,5 @@ async def wait_for_async(
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise WaitTimeout(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(interval)

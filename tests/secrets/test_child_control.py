@@ -31,7 +31,7 @@ from mcp_rl.environments.validate import validate
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
-from tests.kit.wait import wait_for_async
+from tests.kit.wait import WaitTimeout, wait_for_async
 
 TASK = """
 from mcp_rl.task import Task
@@ -342,7 +342,7 @@ async def test_a_starting_server_ends_a_validation_child_its_killed_predecessor_
             async def ended() -> bool:
                 return left.poll() is not None
 
-            with contextlib.suppress(AssertionError):  # the assertion below says what was left
+            with contextlib.suppress(WaitTimeout):  # the assertion below says what was left
                 await wait_for_async(ended, 30, "the predecessor's child to end")
         assert left.poll() is not None, "the new server left its predecessor's validation child running"
         assert list(children_dir(settings).glob("*.json")) == []
