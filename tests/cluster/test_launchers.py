@@ -8,7 +8,6 @@ import json
 import os
 import shlex
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -83,9 +82,8 @@ def test_a_slurm_job_is_submitted_stopped_gently_and_read_back(
     assert _wait_state(job_id, {JobState.RUNNING}) == JobState.RUNNING
     # Slurm says RUNNING before the script has set its trap: signal once it has.
     log = tmp_path / "logs" / "supervisor.log"
-    end = time.monotonic() + 120
-    while not (log.exists() and "started" in log.read_text()) and time.monotonic() < end:
-        time.sleep(0.2)
+    with contextlib.suppress(WaitTimeout):  # the job's end below says whether the signal was heard
+        wait_for(lambda: log.exists() and "started" in log.read_text(), 120, "the job's script", interval=0.2)
     launcher.request_stop(job_id)
     assert _wait_state(job_id, {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED}) == JobState.COMPLETED
     assert "got TERM" in (tmp_path / "logs" / "supervisor.log").read_text()
