@@ -82,3 +82,21 @@ def test_shared_test_support_lives_in_the_kit_or_the_fakes() -> None:
             if parts[:-1] != list(rel.parts[:-1]):  # a helper of another folder (or of tests/ itself)
                 strays.add(f"{rel} imports tests.{'.'.join(parts)}")
     assert strays == set()
+
+
+def test_the_async_wait_takes_a_plain_or_an_async_condition_and_lets_the_loop_run() -> None:
+    import asyncio
+
+    from tests.kit.wait import wait_for_async
+
+    async def main() -> tuple[str, int]:
+        flag: list[int] = []
+        asyncio.get_running_loop().call_later(0.1, flag.append, 1)  # runs only if the wait yields
+        plain = await wait_for_async(lambda: flag and "set", 10, "the flag")
+
+        async def awaited() -> int:
+            return len(flag)
+
+        return plain, await wait_for_async(awaited, 10, "the count")
+
+    assert asyncio.run(main()) == ("set", 1)

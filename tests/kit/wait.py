@@ -4,6 +4,7 @@ supervisor, trainer and Tinker tests; a new test that waits uses it."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import socket
 import subprocess
 import time
@@ -68,20 +69,23 @@ def listening(host: str, port: int) -> bool:
 
 
 async def wait_for_async(
-    condition: Callable[[], Awaitable[T]],
+    condition: Callable[[], Awaitable[T]] | Callable[[], T],
     timeout: float,
     what: str,
     *,
     interval: float = 0.1,
     task: asyncio.Task[Any] | None = None,
 ) -> T:
-    """`wait_for` inside an event loop, for an awaited condition; fails at once if `task` (the
-    trainer under test) ended first."""
+    """`wait_for` inside an event loop, for a condition that is awaited (an async function) or
+    plain (a lambda): the loop keeps running between polls. Fails at once if `task` (the trainer
+    under test) ended first."""
     end = time.monotonic() + timeout
     while True:
         if task is not None and task.done():
             raise AssertionError(f"the task ended with {task.result()} while waiting for {what}")
-        value = await condition()
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > end:
