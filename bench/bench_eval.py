@@ -29,8 +29,8 @@ from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.models import resolve_model
 from mcp_rl.rundir import EVAL_SECONDS_KEY, eval_outcomes_file
 from mcp_rl.settings import Settings, configs_dir
+from tests.kit.run_harness import LocalRun
 from tests.kit.runs import arithmetic_run_config
-from tests.trainer.run_harness import LocalRun
 
 TARGET_P = 0.01
 TARGET_OVERHEAD = 0.15

@@ -32,9 +32,9 @@ from mcp_rl.models import resolve_model
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.rundir import eval_outcomes_file
 from mcp_rl.settings import Settings, configs_dir
+from tests.kit.run_harness import LocalRun
 from tests.kit.runs import arithmetic_run_config
 from tests.tasks.test_task_run import edit_into_larger_number
-from tests.trainer.run_harness import LocalRun
 
 TARGET_P = 0.01
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.server.app import build_server
 from mcp_rl.settings import Settings
-from tests.metrics.rundirs import write_run
+from tests.kit.runs import write_run
 
 
 async def bench(steps_list: list[int], rounds: int) -> None:

@@ -52,7 +52,7 @@ from tests.fakes.tinker_server import (
     TinkerWire,
     write_tiny_tokenizer,
 )
-from tests.trainer.run_harness import free_port
+from tests.kit.run_harness import free_port
 
 TARGET_RATIO = 1 / 3
 COST_TOLERANCE = 0.25

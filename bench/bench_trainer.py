@@ -38,8 +38,8 @@ from bench_throughput import machine, plain_reference
 
 from mcp_rl.models import resolve_model
 from mcp_rl.settings import Settings, configs_dir
+from tests.kit.run_harness import LocalRun
 from tests.kit.runs import arithmetic_run_config
-from tests.trainer.run_harness import LocalRun
 
 REQUIRED_GAIN = 0.25
 REQUIRED_P = 0.01  # held-out: trained vs base, McNemar exact

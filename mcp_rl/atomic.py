@@ -1,6 +1,7 @@
 """Files and folders that appear whole: written beside their destination, then renamed in.
 
-A state file (`write_text_atomic`) and a checkpoint or export folder (`temp_sibling`,
+A state file (`write_text_atomic`), a file a library writes to a path we give it
+(`file_written_whole`, e.g. `torch.save`) and a checkpoint or export folder (`temp_sibling`,
 `replace_dir`, ...) are written into a temporary sibling (same filesystem, so `os.replace` is
 atomic) and only then put in place; a reader sees the old one or the new one, never a mix or
 half, and a failure leaves the old one where it was.
@@ -12,6 +13,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -27,6 +30,20 @@ def write_text_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def file_written_whole(target: Path) -> Iterator[Path]:
+    """A temporary sibling path for a writer that wants a path (`torch.save(obj, tmp)`): renamed
+    over `target` when the block ends normally, removed when it raises. Not fsynced (the writers
+    are large checkpoint files; a crash leaves the old file, or the new one whole)."""
+    tmp = temp_sibling(target)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -11,27 +11,103 @@ worker's group (SIGTERM, its cue to end cleanly, then SIGKILL after a grace), on
 is proven, and records that a cancel stopped it (`cancel.json`: an MCP task over a job whose own
 status has no cancelled state, an export, still reads as cancelled). Every kind is waited for by
 one loop, `wait_for_job` (so is a run's stop, in mcp_rl.supervisor.stop_wait).
+
+Every job has one id format (`new_job_id`, checked by `JOB_ID_RE`) and every worker one entry
+point (`worker_main`: its arguments, a log scrubbed of every key, SIGTERM/SIGINT as its cue to
+stop, the descriptors the server handed it closed when the job ends, and its exit code).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from pydantic import BaseModel
 
-from mcp_rl import processes
+from mcp_rl import processes, redact
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.settings import Settings
 
 WORKER_FILE = "worker.json"
 CANCEL_FILE = "cancel.json"
 POLL_S = 0.5
 
+# A job's id (smoke test, evaluation, export): a folder name, so letters, digits, - and _ only.
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def new_job_id() -> str:
+    """A fresh job id: its start in UTC (ids sort by start) and 6 random hex digits."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+class JobWorker(Protocol):
+    """What `worker_main` runs: `run()` does the job and returns the state it ended in; `stop`,
+    set at SIGTERM/SIGINT, asks it to end early and cleanly (None: the job has no clean early
+    end, so those signals end the process as they would)."""
+
+    @property
+    def stop(self) -> threading.Event | None: ...
+
+    def run(self) -> str: ...
+
+
+def worker_main(
+    argv: Sequence[str] | None,
+    *,
+    module: str,
+    description: str,
+    make: Callable[[Path, Settings], JobWorker],
+    succeeded: Collection[str],
+    folder_flag: str = "--dir",
+) -> int:
+    """The one entry point of a job's worker, `python -m MODULE --dir FOLDER [--held-fd N ...]`:
+    everything it writes scrubbed of every key (mcp_rl.redact), SIGTERM/SIGINT setting the
+    worker's `stop`, the descriptors the server handed it (a lease, a claim) closed as soon as
+    the job has ended, and exit code 0 when the job ended in one of `succeeded`."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument(folder_flag, dest="folder", type=Path, required=True)
+    parser.add_argument("--held-fd", dest="held_fds", type=int, action="append", default=[])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
+    redact.scrub_std_streams()  # nor in a traceback or a library's print
+    folder = args.folder.resolve()
+    try:
+        worker = make(folder, Settings.from_env())
+        stop = worker.stop
+        if stop is not None:
+
+            def on_signal(signum: int, _frame: Any) -> None:
+                log.info("signal %s: stopping job %s", signum, folder.name)
+                stop.set()
+
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        state = worker.run()
+    finally:
+        for fd in args.held_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    log.info("job %s: %s", folder.name, state)
+    return 0 if state in succeeded else 1
 
 
 class WorkerRecord(BaseModel):

@@ -501,8 +501,8 @@ def check_verifiers_harness(settings: Settings, env: Mapping[str, str]) -> Check
         return Check(
             name=name, status=Status.SKIP, detail="the verifiers interpreter is not made yet (made on first use)"
         )
-    # The environment a verifiers worker gets (the user-code allow-list): no key of ours.
-    ok, detail = check_sync(st.folder, st.python, settings.user_code_env(base=env))
+    # The environment a verifiers worker gets (check_sync applies the user-code allow-list).
+    ok, detail = check_sync(settings, st.folder, st.python, env)
     return Check(
         name=name,
         status=Status.OK if ok else Status.FAIL,

@@ -92,11 +92,11 @@ def keep(path: Path, key: str, kept: Kept) -> None:
     """Keep the answer for the next start (unchanged: not rewritten; a read-only home: not kept)."""
     if read_kept(path, key) == kept:
         return
+    # here, not at the top: the first answer's path stays the standard library's alone
+    from mcp_rl.atomic import write_text_atomic
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "version": kept.version, "result": kept.result}), encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps({"key": key, "version": kept.version, "result": kept.result}))
     except OSError as exc:
         log.debug("could not keep the server/discover answer: %r", exc)
 

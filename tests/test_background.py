@@ -54,3 +54,70 @@ def test_the_wait_loop_returns_when_the_job_ends_or_at_its_deadline() -> None:
     started = time.monotonic()
     still = anyio.run(background.wait_for_job, lambda: "running", lambda s: True, 0.3, None, 0.05)
     assert still == "running" and 0.3 <= time.monotonic() - started < 5
+
+
+def test_every_job_kind_takes_its_id_from_the_one_format() -> None:
+    ids = {background.new_job_id() for _ in range(50)}
+    assert len(ids) == 50 and all(background.JOB_ID_RE.match(i) for i in ids)
+    from mcp_rl.evaluation.checkpoint_models import EVAL_ID_RE
+    from mcp_rl.inference_test.models import TEST_ID_RE
+
+    assert EVAL_ID_RE is TEST_ID_RE is background.JOB_ID_RE
+    for bad in ("../x", "", "-x", "a/b", "a" * 65, "é"):
+        assert not background.JOB_ID_RE.match(bad), bad
+    # the three starters call the one generator (no job kind formats its own id)
+    package = Path(background.__file__).parent
+    for starter in ("evaluation/checkpoint_eval.py", "inference_test/service.py", "weights/jobs.py"):
+        source = (package / starter).read_text(encoding="utf-8")
+        assert "new_job_id()" in source and "token_hex" not in source, starter
+
+
+WORKER = """
+import os, sys, threading
+from mcp_rl import background
+
+class Job:
+    def __init__(self, folder, settings):
+        self.folder, self.stop = folder, threading.Event()
+
+    def run(self):
+        (self.folder / "running").write_text("")
+        return "stopped" if self.stop.wait(60) else "timed out"
+
+code = background.worker_main(sys.argv[1:], module="job", description="a job", make=Job, succeeded=("stopped",))
+try:
+    os.fstat(int(sys.argv[-1]))
+    print("still open", file=sys.stderr)
+except OSError:
+    print("closed", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_the_one_worker_entry_point_stops_at_sigterm_and_closes_the_descriptors_it_was_handed(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import subprocess
+
+    from tests.kit.wait import wait_for
+
+    read_end, held = os.pipe()  # a descriptor handed to the worker, as a lease is
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER, "--dir", str(tmp_path), "--held-fd", str(held)],
+        pass_fds=(held,),
+        stderr=subprocess.PIPE,
+    )
+    os.close(held)
+    try:
+        wait_for(lambda: (tmp_path / "running").exists() or proc.poll() is not None, 30, "the job to start")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)  # the cue to stop cleanly: the job ends "stopped", exit 0
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None
+        log = proc.stderr.read().decode()
+        assert f"job {tmp_path.name}: stopped" in log
+        assert log.rstrip().endswith("closed"), log  # closed by the entry point once the job ended
+    finally:
+        proc.kill()
+        os.close(read_end)

@@ -5,9 +5,8 @@ http off this machine, no link-local, metadata or private host unless listed; th
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import launch
 from mcp_rl.urls import HostKind, canonical_url, checked_service_url, is_hosted_tinker, parse_allowed_hosts
 from tests.conftest import make_env
+from tests.kit.loopback import LoopbackServer
 from tests.kit.runs import run_config
 
 BASE_OPTIONS = {
@@ -174,14 +174,8 @@ class _Counting(BaseHTTPRequestHandler):
 @pytest.fixture
 def listener() -> Iterator[tuple[str, list[dict[str, str]]]]:
     _Counting.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", _Counting.seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LoopbackServer("counting", handler=_Counting) as server:
+        yield server.base_url, _Counting.seen
 
 
 def test_the_key_is_not_sent_where_the_user_did_not_say(

@@ -171,7 +171,7 @@ def _end_all(pid: int, marker: str) -> list[int]:
 
 def run_child(
     settings: Settings,
-    module: str,
+    module: str | None,
     args: Sequence[str],
     *,
     env: Mapping[str, str],
@@ -180,10 +180,12 @@ def run_child(
     cwd: Path | None = None,
     stdin: bytes | None = None,
     cancel: threading.Event | None = None,
+    python: str | Path | None = None,
 ) -> ChildOutcome:
     """Run `python -m module *args` under control (see the module doc); never raises for what
     the child does: the outcome says it. `env` must come from `Settings.user_code_env` (or
-    `introspection_env`, built on it)."""
+    `introspection_env`, built on it). `python`: another interpreter (a family's venv; default
+    this one); `module` None: `python *args` (e.g. `-c CODE`)."""
     marker = processes.new_marker("child")
     report_r, report_w = os.pipe()
     life_r, life_w = os.pipe()
@@ -194,7 +196,7 @@ def run_child(
     began = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [str(python or sys.executable), *(["-m", module] if module else []), *args],
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import tempfile
 import threading
 import time
 import traceback
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl import redact
+from mcp_rl.atomic import write_text_atomic
 from mcp_rl.rundir import ENV_HEALTH_FILE, EnvError, EnvHealth
 
 log = logging.getLogger(__name__)
@@ -95,10 +94,7 @@ class HealthRecorder:
 
     def _write(self) -> None:
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(self.health.model_dump_json())
-            os.replace(tmp, self.path)
+            write_text_atomic(self.path, self.health.model_dump_json())
         except OSError as exc:  # the report must never take the environment down
             log.warning("could not write %s: %s", self.path, exc)
 

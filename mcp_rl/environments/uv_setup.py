@@ -34,6 +34,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from mcp_rl.environments.child import run_child
+from mcp_rl.settings import Settings
+
 PIP_CONFIG_TIMEOUT_S = 30.0
 SYNC_TIMEOUT_S = 600.0
 # pip's option -> (uv's variable, uv's separator); the user's own variables that already say it.
@@ -126,32 +129,33 @@ def harness_env(family_folder: Path, python: Path, base: Mapping[str, str]) -> d
     return env
 
 
-def check_sync(family_folder: Path, python: Path, base: Mapping[str, str]) -> tuple[bool, str]:
+def check_sync(settings: Settings, family_folder: Path, python: Path, base: Mapping[str, str]) -> tuple[bool, str]:
     """Sync the harness's chat program as the harness does (uv sync --script), with the worker's
-    environment: (True, what was used) or (False, why not)."""
-    env = harness_env(family_folder, python, base)
+    environment (the user-code allow-list of `base`: no key of ours): (True, what was used) or
+    (False, why not). A child under control (mcp_rl.environments.child): a `uv` it started
+    ends with it, at the deadline too."""
+    env = harness_env(family_folder, python, settings.user_code_env(base=base))
     uv = venv_bin(python) / "uv"
     if not uv.is_file():
         return False, f"no uv beside verifiers at {uv}: make the family again"
     carried = ", ".join(
         f"{k}={env[k]}" for k in ("UV_DEFAULT_INDEX", "UV_INDEX", "UV_FIND_LINKS", "SSL_CERT_FILE") if k in env
     )
-    try:
-        done = subprocess.run(
-            [str(python), "-c", SYNC_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=SYNC_TIMEOUT_S,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    done = run_child(
+        settings,
+        None,
+        ["-c", SYNC_PROBE],
+        env=env,
+        timeout_s=SYNC_TIMEOUT_S,
+        what="syncing verifiers' chat program (doctor)",
+        python=python,
+    )
+    if done.timed_out:
         return (
             False,
             f"syncing the chat program took over {SYNC_TIMEOUT_S:.0f} s (uv {uv}; {carried or 'no index settings'})",
         )
     if done.returncode != 0:
-        why = (done.stderr.strip() or done.stdout.strip())[-800:]
+        why = (done.stderr.text().strip() or done.stdout.text().strip())[-800:]
         return False, f"uv {uv} could not sync the chat program ({carried or 'no index settings'}): {why}"
     return True, f"uv {uv} synced the chat program ({carried or 'uv defaults'})"

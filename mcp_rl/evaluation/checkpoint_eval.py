@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -185,7 +184,7 @@ def plan(
         _base_model(settings, ref),
         *_others(settings, ref, compare_with),
     ]
-    eval_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    eval_id = background.new_job_id()
     spec = EvalSpec(
         eval_id=eval_id,
         created_at=time.time(),

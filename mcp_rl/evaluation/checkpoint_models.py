@@ -11,11 +11,11 @@ Stdlib and pydantic only (and the cost models of mcp_rl.costs.evaluation, themse
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mcp_rl.background import JOB_ID_RE
 from mcp_rl.costs.evaluation import EvaluationCost, ModelPricing
 from mcp_rl.evaluation.stats import PairedComparison
 from mcp_rl.runconfig import EnvironmentRef
@@ -24,7 +24,7 @@ SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
 WORKER_LOG = "worker.log"
 OUTCOMES_DIR = "outcomes"
-EVAL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+EVAL_ID_RE = JOB_ID_RE
 
 ModelKind = Literal["local", "tinker", "openrouter"]
 ModelRole = Literal["trained", "base", "other"]

@@ -5,8 +5,6 @@ evaluation is done. Stdlib and pydantic only (the trainer writes it, the server 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -30,18 +28,12 @@ class ItemOutcome(BaseModel):
 
 def write_outcomes(path: Path, outcomes: list[ItemOutcome]) -> None:
     """All lines or none: a temporary file renamed over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for outcome in outcomes:
-                row = outcome.model_dump()
-                row["completion"] = row["completion"][:COMPLETION_CHARS]
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    lines = []
+    for outcome in outcomes:
+        row = outcome.model_dump()
+        row["completion"] = row["completion"][:COMPLETION_CHARS]
+        lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    write_text_atomic(path, "".join(lines))
 
 
 def read_outcomes(path: Path) -> list[ItemOutcome]:

@@ -22,10 +22,8 @@ stops (state "stopped", the cause in words) when it could.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
-import signal
 import sys
 import threading
 import time
@@ -34,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.background import worker_main
 from mcp_rl.costs.evaluation import CHUNK_ITEMS, ModelPricing, cap_stop, evaluation_cost
 from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.environments.mcp_family.taskfile import keys_needed
@@ -484,22 +482,13 @@ def initial_result(spec: EvalSpec, checkpoint: CheckpointInfo, n_items: int, hel
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mcp_rl.evaluation.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
-    redact.scrub_std_streams()  # nor in a traceback or a library's print
-    worker = EvalWorker(args.dir.resolve(), Settings.from_env())
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %s: cancelling the evaluation", signum)
-        worker.stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    state = worker.run()
-    return 0 if state in ("completed", "stopped") else 1
+    return worker_main(
+        argv,
+        module="mcp_rl.evaluation.worker",
+        description=__doc__.splitlines()[0],
+        make=EvalWorker,
+        succeeded=("completed", "stopped"),
+    )
 
 
 if __name__ == "__main__":

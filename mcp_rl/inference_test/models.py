@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_rl.atomic import write_text_atomic
-from mcp_rl.background import WORKER_FILE, WorkerRecord  # noqa: F401  (re-exported: the test worker's record)
+from mcp_rl.background import JOB_ID_RE, WORKER_FILE, WorkerRecord  # noqa: F401  (re-exported: the test worker's record)
 from mcp_rl.model_specs import ModelSpec, Provider
 from mcp_rl.runconfig import EnvironmentRef
 
@@ -29,7 +29,7 @@ ModelState = Literal["pending", "running", "succeeded", "failed", "timed_out", "
 TestState = Literal["running", "completed", "failed", "cancelled"]
 FINAL_MODEL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "over_budget", "cancelled"})
 
-TEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+TEST_ID_RE = JOB_ID_RE
 SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 SPEC_FILE = "test.json"

@@ -19,9 +19,7 @@ in argv, a config file or a log.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
 import subprocess
 import sys
 import threading
@@ -35,8 +33,8 @@ from typing import Any
 
 import yaml
 
-from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.background import worker_main
 from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test import report
@@ -649,20 +647,11 @@ class TestWorker:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mcp_rl.inference_test", description=__doc__.splitlines()[0])
-    parser.add_argument("--test-dir", type=Path, required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
-    redact.scrub_std_streams()  # nor in a traceback or a library's print
-    worker = TestWorker(args.test_dir.resolve(), Settings.from_env())
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %s: cancelling the test", signum)
-        worker.stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    state = worker.run()
-    log.info("test %s %s", worker.spec.test_id, state)
-    return 0 if state == "completed" else 1
+    return worker_main(
+        argv,
+        module="mcp_rl.inference_test",
+        description=__doc__.splitlines()[0],
+        make=TestWorker,
+        succeeded=("completed",),
+        folder_flag="--test-dir",
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -228,7 +227,7 @@ def session_environment(environments: Any) -> tuple[EnvironmentRef, dict[str, An
 
 # --- starting -------------------------------------------------------------------------------
 def new_test_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return background.new_job_id()
 
 
 def _check_range(name: str, value: int, bounds: tuple[int, int]) -> None:

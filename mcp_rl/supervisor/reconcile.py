@@ -9,14 +9,13 @@ run's (pid, start time and the run's marker, see mcp_rl.processes) are ever sign
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 
 from mcp_rl import processes
+from mcp_rl.locking import is_held
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launchers import JobInfo, JobState, job_info
 from mcp_rl.supervisor.models import Cleanup, ReconcileReport
@@ -184,17 +183,7 @@ STOPPER_LOCK = ".stopper.lock"
 
 def stopper_at_work(run_dir: str | Path) -> bool:
     """True while a stopper holds this run's lock (so a watcher does not start another each poll)."""
-    try:
-        fd = os.open(Path(run_dir) / STOPPER_LOCK, os.O_RDONLY)
-    except OSError:
-        return False  # no lock file: no stopper has ever worked on this run
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock we took
-    return False
+    return is_held(Path(run_dir) / STOPPER_LOCK)  # no lock file: no stopper ever worked on it
 
 
 def launch_stopper(settings: Settings, run: RunRecord, cause: str) -> int | None:

@@ -11,7 +11,6 @@ folder); a second one exits at once.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import logging
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from mcp_rl import processes, redact
 from mcp_rl.errors import LaunchError
+from mcp_rl.locking import lock_fd
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.launchers import JOB_STOP_MARGIN_S, launcher_for
 from mcp_rl.supervisor.reconcile import STOPPER_LOCK, end_leftovers, job_of
@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("no run %s in %s", args.run_id, settings.state_db)
         return 2
     with open(Path(run.run_dir) / STOPPER_LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_fd(lock.fileno(), wait=False):
             log.info("run %s: another stopper is at work; leaving it to that one", args.run_id)
             return 0
         finish(registry, args.run_id, Policy.from_settings(settings), args.cause)

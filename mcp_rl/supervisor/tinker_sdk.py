@@ -11,7 +11,6 @@ serves `client/dynamic_config` is today's Tinker, one that answers 404 there spe
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+
+from mcp_rl.locking import LockTimeout, exclusive_lock
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +59,20 @@ def sdk_path(dialect: str, cache: Path) -> Path | None:
     if (target / ".complete").is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / f".tinker-{version}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one install per folder; the others wait for it
-        if (target / ".complete").is_file():
-            return target
-        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
-        argv += ["--target", str(target), "--upgrade", f"tinker=={version}"]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"installing tinker=={version} took longer than {INSTALL_TIMEOUT_S:g} s") from exc
-        if done.returncode != 0:
-            raise RuntimeError(f"could not install tinker=={version} into {target}: {done.stderr.strip()[-800:]}")
-        (target / ".complete").touch()
+    try:
+        # one install per folder; the others wait for it (at most one install's deadline)
+        with exclusive_lock(cache / f".tinker-{version}.lock", timeout_s=INSTALL_TIMEOUT_S + PROBE_TIMEOUT_S):
+            if (target / ".complete").is_file():
+                return target
+            argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            argv += ["--target", str(target), "--upgrade", f"tinker=={version}"]
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+            except subprocess.TimeoutExpired as exc:
+                raise RuntimeError(f"installing tinker=={version} took longer than {INSTALL_TIMEOUT_S:g} s") from exc
+            if done.returncode != 0:
+                raise RuntimeError(f"could not install tinker=={version} into {target}: {done.stderr.strip()[-800:]}")
+            (target / ".complete").touch()
+    except LockTimeout as exc:
+        raise RuntimeError(f"another install of tinker=={version} into {target} did not finish in time") from exc
     return target

@@ -12,7 +12,6 @@ destination is written by one export at a time (`hold`).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.errors import UserError
+from mcp_rl.locking import lock_fd
 from mcp_rl.paths import normal_path
 from mcp_rl.processes import wait_until
 
@@ -151,14 +151,6 @@ def check_existing(path: Path, overwrite: bool) -> None:
         )
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def hold(locks_dir: Path, path: Path) -> int:
     """Claim `path` for one export: an open descriptor holding its lock (hand it to the worker
     with `pass_fds`, then close yours; the claim ends when the worker exits). Raises UserError
@@ -166,11 +158,8 @@ def hold(locks_dir: Path, path: Path) -> int:
     locks_dir.mkdir(parents=True, exist_ok=True)
     name = hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:32]
     fd = os.open(locks_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        # A worker that has just written its last status may still be exiting: give it a moment.
-        wait_until(lambda: _try_lock(fd), time.monotonic() + CLAIM_WAIT_S, poll_s=0.05)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    # A worker that has just written its last status may still be exiting: give it a moment.
+    if not wait_until(lambda: lock_fd(fd, wait=False), time.monotonic() + CLAIM_WAIT_S, poll_s=0.05):
         os.close(fd)
         raise UserError(
             f"another export is writing to {path} right now: wait for it (rl_get_export_result), or choose another dest"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -82,7 +81,7 @@ def write_status(job_dir: Path, status: ExportStatus) -> None:
 def read_status(settings: Settings, export_id: str) -> ExportStatus:
     """The export's latest status. A running export whose worker has ended (killed, crashed)
     reads as failed: that is recorded, and its temporary folders beside the destination removed."""
-    if not export_id.replace("-", "").isalnum() or len(export_id) > 64:
+    if not background.JOB_ID_RE.match(export_id):
         raise UnknownId(f"no export {clip_id(export_id)!r}: rl_export_weights starts one", "export_id", export_id)
     job_dir = exports_dir(settings) / export_id
     try:
@@ -168,7 +167,7 @@ def start(
         # any export work.
         check_access(settings, push_to_hub)
     run = load_run(settings, run_id)
-    export_id = f"exp-{int(time.time())}-{secrets.token_hex(3)}"
+    export_id = background.new_job_id()
     job_dir = exports_dir(settings) / export_id
     with checkpoint_lock(run.run_dir):
         record = weights_for_export(run, step)
@@ -216,7 +215,8 @@ def start(
                 worker = background.start_worker(
                     # The worker lets go of both once its last status is written (it may take
                     # seconds more to exit): a retry of the same export is not refused meanwhile.
-                    [sys.executable, "-m", "mcp_rl.weights.worker", str(job_dir), str(lease), str(claim)],
+                    [sys.executable, "-m", "mcp_rl.weights.worker", "--dir", str(job_dir)]
+                    + ["--held-fd", str(lease), "--held-fd", str(claim)],
                     job_dir,
                     job_dir / LOG_FILE,
                     # The worker's Settings must name the same Tinker as ours (a test's loopback one).

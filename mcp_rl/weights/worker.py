@@ -1,4 +1,4 @@
-"""The export worker: `python -m mcp_rl.weights.worker <job_dir>` (started detached by
+"""The export worker: `python -m mcp_rl.weights.worker --dir JOB_DIR` (started detached by
 mcp_rl.weights.jobs). Reads spec.json, exports (downloading from Tinker first when the weights
 are a tinker:// path), pushes to the Hub if asked, and writes status.json as it goes."""
 
@@ -16,7 +16,7 @@ from typing import TextIO
 
 import psutil
 
-from mcp_rl import redact
+from mcp_rl.background import worker_main
 from mcp_rl.costs.exports import export_cost
 from mcp_rl.settings import Settings
 from mcp_rl.weights.export import ExportSpec, existing_result, export
@@ -106,35 +106,49 @@ class _Scrubbed(io.TextIOBase):
     """A text stream that hides the secrets in what is written to it (the worker's log)."""
 
     def __init__(self, inner: TextIO, secrets: list[str]) -> None:
-        self._inner = inner
+        self.inner = inner
         self._secrets = secrets
 
     def write(self, text: str) -> int:
-        self._inner.write(scrub(text, *self._secrets))
+        self.inner.write(scrub(text, *self._secrets))
         return len(text)
 
     def flush(self) -> None:
-        self._inner.flush()
+        self.inner.flush()
 
 
-def main() -> int:
-    settings = Settings.from_env()
-    # Everything written to the log (ours, a library's warnings, a traceback) is scrubbed.
-    secrets = _secrets(settings)
-    sys.stdout = _Scrubbed(sys.stdout, secrets)
-    sys.stderr = _Scrubbed(sys.stderr, secrets)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    redact.install_log_filter()  # no key in a log (mcp_rl.redact)
-    try:
-        return run(Path(sys.argv[1]), settings)
-    finally:
-        # The checkpoint's lease and the destination's claim (descriptors inherited from the
-        # server, mcp_rl.weights.jobs): released as soon as the last status is written.
-        for fd in sys.argv[2:]:
-            try:
-                os.close(int(fd))
-            except (ValueError, OSError):
-                pass
+class ExportWorker:
+    """The export as a job for `background.worker_main`."""
+
+    # An export has no clean early end: a cancel's SIGTERM ends the process, and the server
+    # removes what it left (mcp_rl.weights.jobs).
+    stop = None
+
+    def __init__(self, job_dir: Path, settings: Settings) -> None:
+        self.job_dir, self.settings = job_dir, settings
+        # Everything written to the log (ours, a library's warnings, a traceback) is scrubbed,
+        # of the Hub login's token too, which no Settings holds.
+        secrets = _secrets(settings)
+        sys.stdout = _Scrubbed(sys.stdout, secrets)
+        sys.stderr = _Scrubbed(sys.stderr, secrets)
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr.inner:
+                handler.setStream(sys.stderr)
+
+    def run(self) -> str:
+        return "done" if run(self.job_dir, self.settings) == 0 else "failed"
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The checkpoint's lease and the destination's claim (--held-fd, inherited from the server,
+    # mcp_rl.weights.jobs): released as soon as the last status is written.
+    return worker_main(
+        argv,
+        module="mcp_rl.weights.worker",
+        description=__doc__.splitlines()[0],
+        make=ExportWorker,
+        succeeded=("done",),
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from mcp_rl.demo import demo_processes
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import REPO, make_env
+from tests.kit.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -157,10 +158,10 @@ def test_ctrl_c_during_the_smoke_test_ends_its_worker(tmp_path: Path) -> None:
     try:
         demo.wait_for_line(r"rl_test_inference\(", 600)
         # The tool call is under way once the test's detached worker has recorded itself.
-        deadline = time.monotonic() + 120
-        while not list(home.glob("tests/*/worker.json")):
-            assert time.monotonic() < deadline, "no inference-test worker started:\n" + demo.output
-            time.sleep(0.2)
+        try:
+            wait_for(lambda: list(home.glob("tests/*/worker.json")), 120, "the inference-test worker", interval=0.2)
+        except AssertionError as exc:
+            raise AssertionError("no inference-test worker started:\n" + demo.output) from exc
         os.killpg(demo.proc.pid, signal.SIGINT)
         code = demo.finish(300)
     finally:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from mcp_rl.doctor import Status, check_ports, run_checks
-from tests.cli.fake_services import FakeServices
 from tests.conftest import REPO, make_env
+from tests.fakes.key_checks import FakeServices
 
 GOOD = "sk-good-7d1e0c55"
 BAD = "sk-bad-19aa7f02"

@@ -18,7 +18,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from tests.conftest import REPO, make_env
-from tests.records import run_record
+from tests.kit.runs import run_record
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 

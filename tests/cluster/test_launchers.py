@@ -3,11 +3,11 @@ and the checks that refuse a job before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from mcp_rl.supervisor.launchers import JobState, Resources, job_info, launcher_
 from mcp_rl.supervisor.launchers.ray import RayLauncher
 from mcp_rl.supervisor.launchers.slurm import SlurmLauncher
 from tests.cluster.slurm_cluster import SlurmCluster
+from tests.kit.wait import WaitTimeout, wait_for
 
 
 @pytest.fixture
@@ -29,12 +30,10 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> d
 
 
 def _wait_state(job_id: str, wanted: set[JobState], deadline_s: float = 120.0) -> JobState:
-    end = time.monotonic() + deadline_s
-    while True:
-        state = job_info("slurm", job_id, fresh=True).state
-        if state in wanted or time.monotonic() > end:
-            return state
-        time.sleep(0.2)
+    """The job's state once it is one of `wanted`; the state it has at the deadline otherwise."""
+    with contextlib.suppress(WaitTimeout):
+        wait_for(lambda: job_info("slurm", job_id, fresh=True).state in wanted, deadline_s, "the job", interval=0.2)
+    return job_info("slurm", job_id, fresh=True).state
 
 
 def test_the_batch_script_carries_the_resources_and_the_gentle_stop(tmp_path: Path) -> None:
@@ -83,9 +82,8 @@ def test_a_slurm_job_is_submitted_stopped_gently_and_read_back(
     assert _wait_state(job_id, {JobState.RUNNING}) == JobState.RUNNING
     # Slurm says RUNNING before the script has set its trap: signal once it has.
     log = tmp_path / "logs" / "supervisor.log"
-    end = time.monotonic() + 120
-    while not (log.exists() and "started" in log.read_text()) and time.monotonic() < end:
-        time.sleep(0.2)
+    with contextlib.suppress(WaitTimeout):  # the job's end below says whether the signal was heard
+        wait_for(lambda: log.exists() and "started" in log.read_text(), 120, "the job's script", interval=0.2)
     launcher.request_stop(job_id)
     assert _wait_state(job_id, {JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED}) == JobState.COMPLETED
     assert "got TERM" in (tmp_path / "logs" / "supervisor.log").read_text()

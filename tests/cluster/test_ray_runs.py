@@ -14,7 +14,7 @@ from mcp_rl.supervisor import service
 from tests.cluster.ray_cluster import RayHead
 from tests.cluster.test_slurm_runs import start_on, wait_for
 from tests.conftest import make_env, stdio_params
-from tests.mcp_helpers import ok
+from tests.kit.mcp import ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.cluster.slurm_cluster import SlurmCluster
 from tests.conftest import make_env, stdio_params
-from tests.mcp_helpers import SHORT_RUN, ok
+from tests.kit.mcp import SHORT_RUN, ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

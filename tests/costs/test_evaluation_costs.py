@@ -24,9 +24,9 @@ from mcp_rl.runconfig import RunConfig
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
 from tests.fakes.fake_openrouter import PRICE_PER_TOKEN_USD, FakeOpenRouter
 from tests.fakes.tinker_server import API_KEY, TinkerServer, TinkerWire, write_tiny_tokenizer
+from tests.kit.runs import record_checkpoint, write_run_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 BASE = "Qwen/Qwen3-4B-Instruct-2507"  # priced by the <= 4B size class of configs/pricing.yaml

@@ -11,7 +11,7 @@ from mcp_rl.costs.consent import gate
 from mcp_rl.evaluation import checkpoint_eval
 from mcp_rl.settings import Settings, configs_dir
 from tests.conftest import make_env
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
+from tests.kit.runs import record_checkpoint, write_run_file
 
 
 def test_a_local_evaluation_is_free_and_needs_no_yes(home: Path, tmp_path: Path) -> None:

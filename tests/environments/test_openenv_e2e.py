@@ -13,8 +13,8 @@ only a machine's first run pays for the install.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from pathlib import Path
 
 import psutil
@@ -22,8 +22,9 @@ import pytest
 from mcp import Client
 
 from tests.conftest import FIXTURES, stdio_params
-from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import build_family, ok, run_to_end
+from tests.kit.mcp import build_family, ok, run_to_end
+from tests.kit.smoke_tests import read_until_done
+from tests.kit.wait import WaitTimeout, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -109,7 +110,6 @@ async def test_openenv_folder_listed_played_trained_and_stopped(home: Path, fami
     for m in played:
         assert 0.0 <= m["gem/success_rate"] <= 1.0 and 1.0 <= m["gem/turns_per_episode"] <= 10.0
     # The environment's server ended with the run.
-    deadline = time.monotonic() + 30
-    while _server_pids() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(WaitTimeout):  # the assertion below names what is left
+        wait_for(lambda: not _server_pids(), 30, "the environment's server to end", interval=0.2)
     assert not _server_pids()

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
 from mcp_rl.rundir import eval_outcomes_file
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok
+from tests.kit.mcp import ok, run_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(1500)]
 
@@ -30,13 +29,7 @@ async def _train(client: Client, name: str, home: Path, **edits: Any) -> tuple[d
     for field, value in {**SHORT, **edits}.items():
         await ok(client, "rl_edit_config", {"field": field, "value": value})
     run_id = (await ok(client, "rl_start_training"))["run_id"]
-    end = time.monotonic() + RUN_DEADLINE_S
-    status: dict[str, Any] = {}
-    while time.monotonic() < end:
-        status = await ok(client, "rl_check_status", {"run_id": run_id})
-        if status["status"] in ("completed", "failed", "stopped"):
-            break
-        await anyio.sleep(0.5)
+    status = await run_to_end(client, run_id, RUN_DEADLINE_S)
     assert status["status"] == "completed", status
     results = await ok(client, "rl_get_results", {"run_id": run_id})
     return results, home / "runs" / run_id

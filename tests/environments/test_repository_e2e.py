@@ -16,8 +16,8 @@ from mcp import Client
 
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, make_env, stdio_params
-from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import SHORT_RUN, ok
+from tests.kit.mcp import SHORT_RUN, ok
+from tests.kit.smoke_tests import read_until_done
 from tests.supervisor.test_e2e_training import (
     wait_nothing_left,
     wait_status,

@@ -12,6 +12,7 @@ import pytest
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, make_env
+from tests.kit.wait import wait_for
 
 # The slow import lasts until the test ends it (at most this long, like the 75 s one),
 # so the claim is tested while it is still under way whatever the machine's load.
@@ -46,10 +47,7 @@ def test_a_bundled_environment_selects_at_once_while_another_imports(
         slow.start()
         # A proven condition, not a guess at the machine's speed: the spare worker is warm while
         # the slow import is still being read.
-        deadline = time.monotonic() + 60
-        while not (service.worker.spare is not None and service.worker.spare.ready):
-            assert time.monotonic() < deadline, "the spare worker never became ready"
-            time.sleep(0.05)
+        wait_for(lambda: service.worker.spare is not None and service.worker.spare.ready, 60, "the spare worker")
         started = time.monotonic()
         selected = service.select("arithmetic")
         took = time.monotonic() - started

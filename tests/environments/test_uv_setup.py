@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from mcp_rl.environments.uv_setup import check_sync, harness_env, pip_settings, uv_environment
+from mcp_rl.settings import Settings
 
 # verifiers 0.4.0's own bootstrap of uv (verifiers/v1/runtimes/base.py `_ENSURE_UV`, its pip and
 # installer fallbacks left out: reaching them is the failure this guards against).
@@ -90,5 +91,17 @@ def test_pips_index_and_ca_settings_reach_uv(tmp_path: Path) -> None:
 def test_the_sync_check_says_when_uv_is_missing(tmp_path: Path) -> None:
     folder, python = _family(tmp_path)
     (python.parent / "uv").unlink()
-    ok, detail = check_sync(folder, python, _bare_env(tmp_path))
+    env = _bare_env(tmp_path)
+    ok, detail = check_sync(Settings.from_env(env), folder, python, env)
     assert not ok and "no uv beside verifiers" in detail
+
+
+def test_the_sync_check_runs_as_a_child_under_control_and_says_why_it_failed(tmp_path: Path) -> None:
+    # The family's python here has no verifiers: the probe fails on its import, and the check
+    # says so from the child's bounded stderr (mcp_rl.environments.child), leaving no record.
+    folder, python = _family(tmp_path)
+    env = _bare_env(tmp_path)
+    settings = Settings.from_env(env)
+    ok, detail = check_sync(settings, folder, python, env)
+    assert not ok and "could not sync the chat program" in detail and "verifiers" in detail, detail
+    assert not any((settings.home / "children").glob("*.json"))

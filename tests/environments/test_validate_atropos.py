@@ -98,7 +98,7 @@ async def test_rl_validate_environment_runs_it_against_the_local_model(home: Pat
     from mcp import Client
 
     from tests.conftest import stdio_params
-    from tests.mcp_helpers import ok
+    from tests.kit.mcp import ok
 
     params = stdio_params(home, MCP_RL_MODEL=str(model_dir), MCP_RL_ENV_PATHS=str(CHECKS))
     answers = {}

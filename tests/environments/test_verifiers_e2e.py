@@ -21,8 +21,8 @@ import pytest
 from mcp import Client
 
 from tests.conftest import FIXTURES, stdio_params
-from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import build_family, ok, run_to_end
+from tests.kit.mcp import build_family, ok, run_to_end
+from tests.kit.smoke_tests import read_until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from mcp_rl.evaluation.outcomes import read_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.settings import Settings
 from tests.conftest import make_env, stdio_params
-from tests.evaluation.checkpoint_runs import write_local_checkpoint_run
+from tests.kit.runs import write_local_checkpoint_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 

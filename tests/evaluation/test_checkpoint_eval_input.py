@@ -12,8 +12,8 @@ from mcp_rl.evaluation.heldout import NoHeldOutItems
 from mcp_rl.runconfig import EnvironmentRef, RunConfig
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
 from tests.fakes.fake_openrouter import FakeOpenRouter
+from tests.kit.runs import record_checkpoint, write_run_file
 
 
 def _model(tmp_path: Path) -> Path:

@@ -13,10 +13,10 @@ from mcp_rl.evaluation import checkpoint_eval
 from mcp_rl.run_checkpoints import TINKER_OPENAI_BASE_URL
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
 from tests.fakes.tinker_server import API_KEY
-from tests.kit.runs import TEST_HELD_OUT_LIMIT
+from tests.kit.runs import TEST_HELD_OUT_LIMIT, record_checkpoint, write_run_file
 from tests.kit.tinker_wire import serve
+from tests.kit.wait import wait_for
 
 BASE = "Qwen/Qwen3-4B-Instruct-2507"
 
@@ -50,11 +50,14 @@ def test_tinker_checkpoint_against_its_base(home: Path, tiny_tokenizer: str, mon
 
         began = time.monotonic()
         started = checkpoint_eval.start_evaluation(settings, "t1")
-        deadline = time.monotonic() + 150
+        # the detached worker's result file, polled with a deadline
+        wait_for(
+            lambda: checkpoint_eval.read_evaluation(settings, started.eval_id).state != "running",
+            150,
+            f"evaluation {started.eval_id} to end",
+            interval=0.5,
+        )
         result = checkpoint_eval.read_evaluation(settings, started.eval_id)
-        while result.state == "running" and time.monotonic() < deadline:
-            time.sleep(0.5)  # polling the detached worker's result file, with a deadline
-            result = checkpoint_eval.read_evaluation(settings, started.eval_id)
         elapsed = time.monotonic() - began
         sessions = server.wire.sampling_sessions[sessions_before:]
         samples = len(server.wire.samples)

@@ -14,8 +14,8 @@ from mcp_rl.inference_test.models import WorkerRecord
 from mcp_rl.model_specs import model_slug
 from mcp_rl.settings import Settings
 from tests.conftest import make_env, stdio_params
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_local_checkpoint_run, write_run_file
-from tests.inference_test.helpers import ENV_NAME, read_until_done
+from tests.kit.runs import record_checkpoint, write_local_checkpoint_run, write_run_file
+from tests.kit.smoke_tests import ENV_NAME, read_until_done
 
 
 def test_plan_names_the_checkpoint_and_its_adapter(settings: Settings, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.run_checkpoints import parse_run_ref, resolve_checkpoint, resolve_ref
 from mcp_rl.settings import Settings
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
+from tests.kit.runs import record_checkpoint, write_run_file
 
 
 def _fake_adapter(folder: Path) -> None:

@@ -145,7 +145,7 @@ def _run_with(settings_home: Path, name: str, file_path: Path, class_name: str, 
     from mcp_rl.runconfig import EnvironmentRef
     from mcp_rl.settings import Settings
     from tests.conftest import make_env
-    from tests.evaluation.checkpoint_runs import write_run_file
+    from tests.kit.runs import write_run_file
 
     settings = Settings.from_env(make_env(settings_home))
     config = write_run_file(settings, "r1", base_model="m")

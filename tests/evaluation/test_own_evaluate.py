@@ -10,7 +10,6 @@ import os
 import time
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
 
@@ -18,7 +17,7 @@ from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.rundir import eval_outcomes_file
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok
+from tests.kit.mcp import ok, run_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(1200)]
 
@@ -37,12 +36,7 @@ async def test_own_evaluate_gives_held_out_figures(home: Path, model_dir: Path) 
         for name, value in {"total_steps": 2, "batch_size": 8, "group_size": 4, "eval_size": EVAL_SIZE}.items():
             await ok(client, "rl_edit_config", {"field": name, "value": value})
         run_id = (await ok(client, "rl_start_training"))["run_id"]
-        status: dict = {}
-        while time.monotonic() - began < RUN_DEADLINE_S:
-            status = await ok(client, "rl_check_status", {"run_id": run_id})
-            if status["status"] in ("completed", "failed", "stopped"):
-                break
-            await anyio.sleep(0.5)
+        status = await run_to_end(client, run_id, RUN_DEADLINE_S - (time.monotonic() - began))
         trained_s = time.monotonic() - began
         assert status["status"] == "completed", status
         results = await ok(client, "rl_get_results", {"run_id": run_id})

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok, run_to_end
+from tests.kit.mcp import ok, run_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(900)]
 

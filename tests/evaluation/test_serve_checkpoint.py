@@ -15,7 +15,7 @@ from mcp_rl.evaluation import serving
 from mcp_rl.processes import Liveness, prove
 from mcp_rl.settings import Settings
 from tests.conftest import REPO, make_env
-from tests.evaluation.checkpoint_runs import json_line, write_local_checkpoint_run
+from tests.kit.runs import json_line, write_local_checkpoint_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

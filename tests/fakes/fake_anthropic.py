@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.kit.loopback import LoopbackServer
 
 Event = tuple[str, dict[str, Any]]
 
@@ -78,12 +80,12 @@ class FakeAnthropic:
         self.trigger, self.tool, self.arguments = trigger, tool, arguments
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: LoopbackServer | None = None
 
     @property
     def base_url(self) -> str:
         assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._server.base_url
 
     def answer(self, body: dict[str, Any]) -> list[Event]:
         with self._lock:
@@ -131,11 +133,9 @@ class FakeAnthropic:
             def do_GET(self) -> None:
                 self._send(200, "application/json", b"{}")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer("fake-anthropic", handler=Handler).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()

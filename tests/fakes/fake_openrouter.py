@@ -28,7 +28,7 @@ Behaviours per model id:
     "hang"        does not answer within the client's patience (sleeps `hang_s`)
 
 Use in-process: `with FakeOpenRouter(behaviours={"bad/model": "malformed"}) as fake: fake.base_url`,
-or standalone: `python tests/fakes/fake_openrouter.py --port 8123 --latency 0.5`.
+or standalone: `python -m tests.fakes.fake_openrouter --port 8123 --latency 0.5`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.kit.loopback import LoopbackServer
 
 Responder = Callable[[str, str, int], str]
 Behaviour = str
@@ -117,13 +119,12 @@ class FakeOpenRouter:
     requests: list[RecordedRequest] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _answered: dict[str, int] = field(default_factory=dict)
-    _server: ThreadingHTTPServer | None = None
-    _thread: threading.Thread | None = None
+    _server: LoopbackServer | None = None
 
     @property
     def base_url(self) -> str:
         assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/api/v1"
+        return f"{self._server.base_url}/api/v1"
 
     def known_ids(self) -> list[str]:
         if self.catalog is not None:
@@ -244,18 +245,12 @@ class FakeOpenRouter:
                 else:
                     self._send(404, _error(404, f"unknown path {self.path}"))
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openrouter", daemon=True
-        )
-        self._thread.start()
+        self._server = LoopbackServer("fake-openrouter", handler=Handler, port=self.port).start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
 
     def __enter__(self) -> FakeOpenRouter:
         return self.start()

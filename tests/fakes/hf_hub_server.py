@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Self
+
+from tests.kit.loopback import LoopbackServer
 
 
 @dataclass
@@ -115,28 +114,13 @@ class HubServer:
     """`with HubServer(token) as hub:`; point HF_ENDPOINT at hub.base_url."""
 
     def __init__(self, token: str) -> None:
-        import uvicorn
-
         self.wire = HubWire(token=token)
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(build_app(self.wire), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, name="fake-hub", daemon=True
-        )
+        self._loopback = LoopbackServer("fake-hub", asgi=build_app(self.wire))
+        self.base_url = self._loopback.base_url
 
     def __enter__(self) -> Self:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the fake Hub did not start")
-            time.sleep(0.01)
+        self._loopback.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(5)
-        self._sock.close()
+        self._loopback.stop()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import socket
 import threading
 import time
 import zlib
@@ -35,6 +34,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 import numpy as np
+
+from tests.kit.loopback import LoopbackServer
 
 API_KEY = "tml-loopback-test-key"
 # A sampler of a base model (create_sampling_session with base_model, no model_path) in `samplers`.
@@ -741,33 +742,16 @@ class TinkerServer:
     """The fake on a free loopback port, in a daemon thread: `with TinkerServer() as server:`."""
 
     def __init__(self, wire: TinkerWire | None = None) -> None:
-        import uvicorn
-
         self.wire = wire or TinkerWire()
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(build_app(self.wire), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, name="fake-tinker", daemon=True
-        )
+        self._loopback = LoopbackServer("fake-tinker", asgi=build_app(self.wire))
+        self.port, self.base_url = self._loopback.port, self._loopback.base_url
 
     def __enter__(self) -> Self:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the fake Tinker server did not start")
-            time.sleep(0.01)
+        self._loopback.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(5)
-        self._sock.close()
+        self._loopback.stop()
 
 
 def write_tiny_tokenizer(folder: Any) -> str:

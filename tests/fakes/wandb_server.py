@@ -18,8 +18,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self
+
+from tests.kit.loopback import LoopbackServer
 
 API_KEY = "f" * 40
 ENTITY = "fake-entity"
@@ -70,18 +72,16 @@ class WandbServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._http.server_port}"
-        self._thread = threading.Thread(target=self._http.serve_forever, name="fake-wandb", daemon=True)
+        self._loopback = LoopbackServer("fake-wandb", handler=Handler)
+        self.base_url = self._loopback.base_url
 
     def __enter__(self) -> Self:
-        self._thread.start()
+        self._loopback.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release.set()  # held handlers end before the server joins them
-        self._http.shutdown()
-        self._http.server_close()
+        self._loopback.stop()
 
     # --- GraphQL ------------------------------------------------------------------------------
     def answer(self, path: str, authorization: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -29,7 +29,7 @@ from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, REPO, make_env, stdio_params
-from tests.metrics.rundirs import write_run
+from tests.kit.runs import write_run
 
 pytestmark = pytest.mark.anyio
 

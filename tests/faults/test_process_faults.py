@@ -32,10 +32,9 @@ from mcp_rl.supervisor.models import StopResult
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import PROCESS_NAMES, ProcState, RunState, run_marker
 from tests.conftest import REPO, make_env
-from tests.kit.runs import run_config
+from tests.kit.runs import run_config, run_record
+from tests.kit.stranger import Stranger
 from tests.kit.wait import wait_for
-from tests.records import run_record
-from tests.supervisor.helpers import Stranger
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

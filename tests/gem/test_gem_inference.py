@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.inference_test.helpers import read_until_done
+from tests.kit.smoke_tests import read_until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

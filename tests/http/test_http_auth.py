@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from mcp_rl.http_auth import (
 )
 from mcp_rl.ports import allocate_ports
 from tests.conftest import REPO, make_env
+from tests.kit.wait import listening, wait_for
 
 TOKEN = "test-token-4f1c2a9e-never-logged"
 READY_DEADLINE_S = 60.0
@@ -127,17 +127,13 @@ def http_server(
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + READY_DEADLINE_S
-        while True:
+
+        def ready() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"server exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                socket.create_connection((connect, port), timeout=1).close()
-                break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"server not listening after {READY_DEADLINE_S}s:\n{log.read_text()}") from exc
-                time.sleep(0.05)  # readiness probe interval
+            return listening(connect, port)
+
+        wait_for(ready, READY_DEADLINE_S, f"the server to listen on {connect}:{port} (its log: {log})")
         yield Server(connect=connect, port=port, log=log)
     finally:
         proc.terminate()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import anyio
@@ -18,7 +17,8 @@ from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import WORKER_FILE, WorkerRecord
 from mcp_rl.settings import Settings
 from tests.fakes.fake_openrouter import FakeOpenRouter
-from tests.inference_test.helpers import ENV_NAME, ENV_PATHS
+from tests.kit.smoke_tests import ENV_NAME, ENV_PATHS
+from tests.kit.wait import wait_for_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -51,11 +51,10 @@ def _processes_under(folder: Path) -> list[str]:
 
 
 async def _until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await anyio.sleep(0.2)
+    async def holds() -> bool:
+        return bool(predicate())
+
+    await wait_for_async(holds, timeout_s, what, interval=0.2)
 
 
 # Long enough for a model's environment process to start on a loaded 2-core machine and for the

@@ -250,10 +250,11 @@ def test_token_in_generation_reaches_a_local_server_root_and_is_refused_for_open
     """verifiers' TrainClient posts token ids to <base>/inference/v1/generate: a local model's
     server has it at its root (not under /v1); OpenRouter has no such route."""
     import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     import httpx
+
+    from tests.kit.loopback import LoopbackServer
 
     seen: list[str] = []
 
@@ -270,13 +271,12 @@ def test_token_in_generation_reaches_a_local_server_root_and_is_refused_for_open
             self.end_headers()
             self.wfile.write(data)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = LoopbackServer("upstream", handler=Upstream).start()
     local = ModelSpec(id="local", name="local", scale="tiny", provider="local", slug="local")
     body = {"model": "local", "prompt": {"token_ids": [1, 2]}, "sampling_params": {"max_tokens": 1}}
     try:
         with FakeOpenRouter(api_key=KEY) as fake:
-            with _through_gateway(fake, local, upstream=f"http://127.0.0.1:{server.server_port}/v1") as (
+            with _through_gateway(fake, local, upstream=f"{server.base_url}/v1") as (
                 client,
                 lane,
             ):
@@ -298,5 +298,4 @@ def test_token_in_generation_reaches_a_local_server_root_and_is_refused_for_open
             assert refused.status_code == 400 and "token-in" in refused.json()["error"]["message"]
             assert fake.requests == []
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()

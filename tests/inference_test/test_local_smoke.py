@@ -18,7 +18,7 @@ from mcp import Client
 
 from mcp_rl.inference_test.models import LOCAL_SERVER_FILE, WorkerRecord
 from tests.conftest import stdio_params
-from tests.inference_test.helpers import ENV_NAME, ENV_PATHS, read_until_done
+from tests.kit.smoke_tests import ENV_NAME, ENV_PATHS, read_until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

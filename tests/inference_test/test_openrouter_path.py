@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from tests.fakes.fake_openrouter import FakeOpenRouter, RecordedRequest
-from tests.inference_test.helpers import ENV_NAME, ENV_PATHS, read_until_done
+from tests.kit.smoke_tests import ENV_NAME, ENV_PATHS, read_until_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.inference_test import service
 from mcp_rl.settings import Settings
 from tests.fakes.fake_openrouter import FakeOpenRouter
-from tests.inference_test.helpers import ENV_NAME
+from tests.kit.smoke_tests import ENV_NAME
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -20,9 +20,9 @@ from mcp_rl.trainer.backends.base import TrainingExample
 from mcp_rl.trainer.backends.tinker import TinkerBackend
 from mcp_rl.trainer.loop import Trainer
 from tests.fakes.tinker_server import API_KEY, Latency, TinkerServer, TinkerWire
+from tests.kit.run_harness import child_env, http_ok, start, venv_bin
 from tests.kit.runs import TEST_HELD_OUT_LIMIT, arithmetic_run_config
 from tests.kit.wait import wait_for, wait_for_async
-from tests.trainer.run_harness import child_env, http_ok, start, venv_bin
 
 MODEL = "Qwen/Qwen3-8B"
 

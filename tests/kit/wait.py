@@ -4,6 +4,8 @@ supervisor, trainer and Tinker tests; a new test that waits uses it."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -12,8 +14,13 @@ from typing import Any, Protocol, TypeVar
 T = TypeVar("T")
 
 
+class WaitTimeout(AssertionError):
+    """The deadline passed before the condition held (a test that reads the last state itself
+    catches this, and only this: an assertion inside the condition still fails the test)."""
+
+
 class Watched(Protocol):
-    """A child process a wait gives up on as soon as it exits (tests/trainer/run_harness.py `Proc`)."""
+    """A child process a wait gives up on as soon as it exits (tests/kit/run_harness.py `Proc`)."""
 
     name: str
     popen: subprocess.Popen[bytes]
@@ -48,27 +55,39 @@ def wait_for(
                 )
         if time.monotonic() > end:
             tails = "".join(f"\n--- {p.name}\n{p.tail()}" for p in watch)
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}{tails}")
+            raise WaitTimeout(f"timed out after {timeout} s waiting for {what}{tails}")
         time.sleep(interval)
 
 
+def listening(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port: a readiness probe for `wait_for`."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 async def wait_for_async(
-    condition: Callable[[], Awaitable[T]],
+    condition: Callable[[], Awaitable[T]] | Callable[[], T],
     timeout: float,
     what: str,
     *,
     interval: float = 0.1,
     task: asyncio.Task[Any] | None = None,
 ) -> T:
-    """`wait_for` inside an event loop, for an awaited condition; fails at once if `task` (the
-    trainer under test) ended first."""
+    """`wait_for` inside an event loop, for a condition that is awaited (an async function) or
+    plain (a lambda): the loop keeps running between polls. Fails at once if `task` (the trainer
+    under test) ended first."""
     end = time.monotonic() + timeout
     while True:
         if task is not None and task.done():
             raise AssertionError(f"the task ended with {task.result()} while waiting for {what}")
-        value = await condition()
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise WaitTimeout(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(interval)

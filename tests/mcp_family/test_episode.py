@@ -18,6 +18,7 @@ from mcp_rl.environments.mcp_family.taskfile import McpTask, load
 from mcp_rl.environments.mcp_family.tools import ToolSpec
 from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
 from mcp_rl.settings import SECRET_ENV_VARS
+from tests.kit.wait import listening, wait_for
 from tests.mcp_family.kit import (
     SMOL_TEMPLATE,
     TINY_SERVER,
@@ -233,10 +234,8 @@ def test_the_validator_reports_a_good_task_and_each_problem(tmp_path: Path) -> N
 
 
 def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:
-    import socket
     import subprocess
     import sys
-    import time
 
     from mcp_rl.ports import allocate_ports
 
@@ -248,14 +247,12 @@ def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, "the HTTP server did not start"
-                time.sleep(0.1)
+
+        def up() -> bool:
+            assert server.poll() is None, "the HTTP server did not start"
+            return listening("127.0.0.1", port)
+
+        wait_for(up, 30, "the HTTP server", interval=0.1)
         write_task(tmp_path)  # (for its capitals.jsonl)
         path = tmp_path / "http.mcp.yaml"
         path.write_text(

@@ -20,7 +20,7 @@ from mcp import Client
 
 from mcp_rl.locking import exclusive_lock
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok, run_to_end
+from tests.kit.mcp import ok, run_to_end
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

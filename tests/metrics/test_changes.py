@@ -8,7 +8,7 @@ from mcp_rl.metrics.changes import RUNS_URI, RunWatch, run_uris
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import RunState
-from tests.metrics.rundirs import register, write_run
+from tests.kit.runs import register, write_run
 
 
 def test_first_look_is_a_baseline_then_steps_and_states_are_reported(settings: Settings) -> None:

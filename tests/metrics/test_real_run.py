@@ -1,5 +1,5 @@
 """rl_get_results on a real local run, through the real `mcp-rl serve` over stdio: the session's
-shared completed run (tests/shared_run.py), made by a client subscribed to it.
+shared completed run (tests/kit/shared_run.py), made by a client subscribed to it.
 
 Every part is real: supervisor, Atropos run-api, the trainer with the embedded SmolLM2-135M
 model, the bundled `arithmetic` environment (whose metrics are captured by the runner hook).
@@ -19,7 +19,7 @@ from mcp.types import ImageContent
 
 from mcp_rl.metrics import store
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX
-from tests.shared_run import CompletedRun
+from tests.kit.shared_run import CompletedRun
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -23,7 +23,7 @@ from mcp_rl.server.app import build_server
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
 from tests.fakes.wandb_server import API_KEY, ENTITY, WandbServer, recorded_group
-from tests.metrics.rundirs import reward_at, write_run
+from tests.kit.runs import reward_at, write_run
 
 MODES = ["auto", "legacy"]
 

@@ -17,7 +17,7 @@ from mcp_rl.trainer.advantages import build_examples
 from mcp_rl.trainer.rollouts import rollout_groups
 from mcp_rl.trainer.status import RunRecorder
 from tests.conftest import make_env
-from tests.metrics.rundirs import write_run
+from tests.kit.runs import write_run
 
 MASKED = -100
 

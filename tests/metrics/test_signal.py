@@ -16,7 +16,7 @@ from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import make_env
-from tests.records import run_record
+from tests.kit.runs import run_record
 
 
 def rows(

@@ -9,7 +9,7 @@ from pathlib import Path
 from mcp_rl.metrics import store
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX, render_png
 from mcp_rl.settings import Settings
-from tests.metrics.rundirs import loss_at, reward_at, write_run
+from tests.kit.runs import loss_at, reward_at, write_run
 
 
 def test_partial_last_line_is_skipped_not_an_error(tmp_path: Path) -> None:

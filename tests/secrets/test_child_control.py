@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +21,6 @@ import threading
 import time
 from pathlib import Path
 
-import anyio
 import psutil
 import pytest
 
@@ -31,6 +31,7 @@ from mcp_rl.environments.validate import validate
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 from tests.conftest import make_env
+from tests.kit.wait import WaitTimeout, wait_for_async
 
 TASK = """
 from mcp_rl.task import Task
@@ -337,9 +338,12 @@ async def test_a_starting_server_ends_a_validation_child_its_killed_predecessor_
         (children_dir(settings) / "left.json").write_text(record.model_dump_json())
         async with Client(stdio_params(home), mode="legacy", read_timeout_seconds=60) as client:
             await client.call_tool("rl_list_environments", {})
-            ended_by = time.monotonic() + 30
-            while left.poll() is None and time.monotonic() < ended_by:
-                await anyio.sleep(0.1)
+
+            async def ended() -> bool:
+                return left.poll() is not None
+
+            with contextlib.suppress(WaitTimeout):  # the assertion below says what was left
+                await wait_for_async(ended, 30, "the predecessor's child to end")
         assert left.poll() is not None, "the new server left its predecessor's validation child running"
         assert list(children_dir(settings).glob("*.json")) == []
     finally:

@@ -52,14 +52,12 @@ OUR_CODE = {
     "mcp_rl/background.py:start_worker": "the generic job starter; each caller is checked by its own site",
     "mcp_rl/environments/child.py:run_json_child": "passes user_code_env() or a caller's introspection_env",
     "mcp_rl/environments/child.py:run_child": "THE runner of user-code children; env comes from its callers "
-    "(validate, item_stats, run_json_child), each checked here",
+    "(validate, item_stats, run_json_child, uv_setup.check_sync), each checked here",
     "mcp_rl/environments/introspect_worker.py:IntrospectionWorker._ensure_started": "introspection_env(...)",
     "mcp_rl/environments/introspect_child.py:_serve_one": "a fork of the introspection worker, which was "
     "started with introspection_env: nothing more to filter",
     "mcp_rl/environments/uv_setup.py:pip_settings": "pip config list with the caller's env (harness_env: "
     "inside the verifiers environment process, already the user-code environment)",
-    "mcp_rl/environments/uv_setup.py:check_sync": "the doctor's sync of verifiers' chat program, given "
-    "user_code_env() by mcp_rl/doctor.py",
     "mcp_rl/environments/validate_atropos.py:LocalModel.__init__": "mcp-rl's model server, started inside "
     "the validation child (already the user-code environment; in its process group)",
     "mcp_rl/environments/families.py:_run": "venv/pip of the family builder, started with user_code_env()",

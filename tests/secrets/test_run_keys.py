@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import REPO, stdio_params
-from tests.mcp_helpers import SHORT_RUN, ok
+from tests.kit.mcp import SHORT_RUN, ok
 from tests.secrets.test_validation_keys import COMMON, KEYS, found_in
 from tests.supervisor.test_e2e_training import _stop_runs_left_by_a_failing_test
 

@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import stdio_params
-from tests.mcp_helpers import ok, run_to_end
+from tests.kit.mcp import ok, run_to_end
 from tests.selfhosted.skyrl_server import SkyrlServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.selfhosted, pytest.mark.timeout(3600)]

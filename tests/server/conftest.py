@@ -8,7 +8,7 @@ import pytest
 
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from tests.records import run_record
+from tests.kit.runs import run_record
 
 
 @pytest.fixture(params=["auto", "legacy"])

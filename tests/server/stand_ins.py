@@ -6,14 +6,14 @@ import json
 import os
 import sys
 import threading
-import time
 from subprocess import Popen
 
 from mcp_rl import processes
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
-from tests.records import run_record
+from tests.kit.runs import run_record
+from tests.kit.wait import wait_for
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 # A trainer that ignores SIGTERM (as one saving a big checkpoint would): it takes its whole grace.
@@ -43,11 +43,12 @@ def stand_in_run(settings: Settings, run_id: str) -> list[Popen[bytes]]:
         popen = processes.spawn(argv, run_dir / "logs" / f"{name}.log", dict(os.environ), marker=marker)
         # Ours to reap once the server has ended them (a zombie would still look alive).
         threading.Thread(target=popen.wait, daemon=True).start()
-        ident = None
-        deadline = time.monotonic() + 10
-        while ident is None or ident.marker != marker:  # its environment is readable once exec'd
-            assert time.monotonic() < deadline, f"{name} stand-in did not come up"
-            ident = processes.identify(popen.pid)
+
+        def exec_d(pid: int = popen.pid) -> processes.ProcessIdentity | None:
+            ident = processes.identify(pid)  # its environment (the marker) is readable once exec'd
+            return ident if ident is not None and ident.marker == marker else None
+
+        ident = wait_for(exec_d, 10, f"the {name} stand-in to come up")
         if name == "supervisor":
             registry.update_run(run_id, supervisor_pid=ident.pid, supervisor_create_time=ident.create_time)
         else:

@@ -20,6 +20,7 @@ from mcp import Client
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, stdio_params
 from tests.fakes.fake_openrouter import FakeOpenRouter
+from tests.kit.wait import wait_for_async
 from tests.server.stand_ins import stand_in_run
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -81,12 +82,13 @@ async def test_every_call_answers_within_the_budget_and_late_work_is_collected(h
                         run, "smoke test", "rl_test_inference", {"num_steps": 1, "group_size": 2, "models": [MODEL]}
                     )
                     tasks.start_soon(run, "stop", "rl_stop_training", {"run_id": "stop1234"})
+
                     # The smoke test has read the selected environment once it is listed (a proven
                     # condition, not a guess at the machine's speed); then select another one.
-                    listed_by = time.monotonic() + 30
-                    while (await client.call_tool("rl_list_tests", {})).structured_content["count"] == 0:
-                        assert time.monotonic() < listed_by, "the smoke test was never listed"
-                        await anyio.sleep(0.1)
+                    async def listed() -> bool:
+                        return (await client.call_tool("rl_list_tests", {})).structured_content["count"] > 0
+
+                    await wait_for_async(listed, 30, "the smoke test to be listed")
                     tasks.start_soon(run, "select slow", "rl_select_environment", {"name": "slow_import"})
 
                 smoke, stop, select = answers["smoke test"], answers["stop"], answers["select slow"]
@@ -158,10 +160,8 @@ async def test_a_running_smoke_test_is_listed_and_cancelled_through_tools(home: 
             assert started["state"] == "running" and f"rl_cancel_test('{started['test_id']}')" in started["message"]
             listed = await call("list", "rl_list_tests", {})
             assert [t["state"] for t in listed["tests"]] == ["running"]
-            deadline = time.monotonic() + 120
-            while hang not in fake.models_seen():  # the model is being asked (and never answers)
-                assert time.monotonic() < deadline, "the hanging model was never asked"
-                await anyio.sleep(0.5)
+            # the model is being asked (and never answers)
+            await wait_for_async(lambda: hang in fake.models_seen(), 120, "the hanging model to be asked")
             cancelled = await call("cancel", "rl_cancel_test", {"test_id": started["test_id"]})
             again = await call("cancel again", "rl_cancel_test", {"test_id": started["test_id"]})
             result = await call("result", "rl_get_test_result", {"test_id": started["test_id"]})

@@ -24,6 +24,7 @@ from mcp_rl.settings import Settings
 from tests.conftest import stdio_params
 from tests.fakes.fake_openrouter import FakeOpenRouter
 from tests.kit.mcp_tasks import CreatedTask, TasksClient, tasks_request
+from tests.kit.wait import wait_for_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -113,10 +114,8 @@ async def test_tasks_cancel_ends_a_running_task_and_leaves_no_process(home: Path
             task, took = await start_task(client, {"num_steps": 1, "group_size": 2, "models": [HANG_MODEL]})
             assert took < 5, f"the task came after {took:.1f} s"
             test_id = task.task_id.removeprefix("test:")
-            deadline = time.monotonic() + 120
-            while HANG_MODEL not in fake.models_seen():  # the model is being asked (and never answers)
-                assert time.monotonic() < deadline, "the hanging model was never asked"
-                await anyio.sleep(0.5)
+            # the model is being asked (and never answers)
+            await wait_for_async(lambda: HANG_MODEL in fake.models_seen(), 120, "the hanging model to be asked")
             assert processes_of_test(settings, test_id), "the test runs no process to cancel"
             assert (await tasks_request(client, "tasks/get", task.task_id)).status == "working"
             ack = await tasks_request(client, "tasks/cancel", task.task_id)

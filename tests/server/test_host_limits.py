@@ -18,7 +18,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import FIXTURES, make_env
-from tests.records import run_record
+from tests.kit.runs import run_record
 
 pytestmark = pytest.mark.anyio
 GOOD = str(FIXTURES / "envs" / "good")

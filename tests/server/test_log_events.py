@@ -5,7 +5,6 @@ its supervisor would."""
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import FIXTURES, make_env
-from tests.records import run_record
+from tests.kit.runs import run_record
+from tests.kit.wait import wait_for_async
 
 pytestmark = pytest.mark.anyio
 
@@ -37,10 +37,13 @@ def _running(settings: Settings, run_id: str) -> None:
 
 
 async def _until(messages: list[Any], count: int, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(messages) < count:
-        assert time.monotonic() < deadline, f"only {len(messages)} log messages: {messages}"
-        await anyio.sleep(0.1)
+    async def enough() -> bool:
+        return len(messages) >= count
+
+    try:
+        await wait_for_async(enough, timeout_s, f"{count} log messages")
+    except AssertionError as exc:
+        raise AssertionError(f"only {len(messages)} log messages: {messages}") from exc
 
 
 async def test_a_client_that_sets_a_level_receives_run_events_at_or_above_it(home: Path) -> None:

@@ -15,8 +15,8 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import FIXTURES, make_env
-from tests.footprint import state_footprint
-from tests.records import run_record
+from tests.kit.footprint import state_footprint
+from tests.kit.runs import run_record
 
 pytestmark = pytest.mark.anyio
 

@@ -6,17 +6,16 @@ for a client that asks nothing else."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from mcp_rl.server import build_server, tool_catalog
 from mcp_rl.server.rl_server import REGISTER_WITHIN_S
 from mcp_rl.settings import Settings
+from tests.kit.wait import wait_for_async
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +91,9 @@ async def test_the_surface_registers_for_a_client_that_asks_nothing_else(tmp_pat
     server = build_server(settings)
     async with Client(server, mode="legacy") as client:
         await client.list_tools()
-        deadline = time.monotonic() + REGISTER_WITHIN_S + 30
-        while not server.surface_registered and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
+
+        async def registered() -> bool:
+            return server.surface_registered
+
+        await wait_for_async(registered, REGISTER_WITHIN_S + 30, "the surface to register", interval=0.05)
         assert server.surface_registered

@@ -12,7 +12,7 @@ from mcp import Client
 
 from mcp_rl.rundir import ENV_HEALTH_FILE, read_env_health
 from tests.conftest import FIXTURES, REPO, stdio_params
-from tests.mcp_helpers import SHORT_RUN, ok
+from tests.kit.mcp import SHORT_RUN, ok
 from tests.supervisor.test_e2e_training import _stop_runs_left_by_a_failing_test, wait_status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

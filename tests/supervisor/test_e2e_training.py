@@ -24,10 +24,11 @@ from mcp_rl.ports import port_is_free
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
+from tests.kit.mcp import SHORT_RUN as SHORT
+from tests.kit.mcp import ok
 from tests.kit.runs import TEST_HELD_OUT_LIMIT
-from tests.mcp_helpers import SHORT_RUN as SHORT
-from tests.mcp_helpers import ok
-from tests.shared_run import CompletedRun
+from tests.kit.shared_run import CompletedRun
+from tests.kit.wait import WaitTimeout, wait_for_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -59,16 +60,22 @@ async def wait_status(
     client: Client, run_id: str, wanted: set[str], timeout: float = RUN_DEADLINE_S, until: Any = None
 ) -> dict[str, Any]:
     """Poll rl_check_status until the run is in `wanted` (and `until(status)` holds)."""
-    end = time.monotonic() + timeout
     status: dict[str, Any] = {}
-    while time.monotonic() < end:
-        status = await ok(client, "rl_check_status", {"run_id": run_id})
+
+    async def reached() -> bool:
+        status.clear()
+        status.update(await ok(client, "rl_check_status", {"run_id": run_id}))
         if status["status"] in wanted and (until is None or until(status)):
-            return status
+            return True
         if status["status"] in {"completed", "failed", "stopped"} - wanted:
             pytest.fail(f"run {run_id} ended {status['status']}: {status.get('error')}")
-        await anyio.sleep(0.5)
-    pytest.fail(f"run {run_id} not {wanted} after {timeout} s; last status: {status}")
+        return False
+
+    try:
+        await wait_for_async(reached, timeout, f"run {run_id} to be {wanted}", interval=0.5)
+    except WaitTimeout:
+        pytest.fail(f"run {run_id} not {wanted} after {timeout} s; last status: {status}")
+    return status
 
 
 def run_leftovers(settings: Settings, run_id: str) -> tuple[list[int], list[int]]:
@@ -90,14 +97,17 @@ def run_leftovers(settings: Settings, run_id: str) -> tuple[list[int], list[int]
 
 
 async def wait_nothing_left(settings: Settings, run_id: str, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        alive, ports = run_leftovers(settings, run_id)
-        if not alive and not ports:
-            return
-        if time.monotonic() > end:
-            pytest.fail(f"run {run_id} left processes {alive} and ports {ports}")
-        await anyio.sleep(0.2)
+    left: tuple[list[int], list[int]] = ([], [])
+
+    async def nothing_left() -> bool:
+        nonlocal left
+        left = run_leftovers(settings, run_id)
+        return not left[0] and not left[1]
+
+    try:
+        await wait_for_async(nothing_left, timeout, f"run {run_id} to leave nothing", interval=0.2)
+    except WaitTimeout:
+        pytest.fail(f"run {run_id} left processes {left[0]} and ports {left[1]}")
 
 
 async def test_a_short_run_reaches_running_then_completes_with_metrics(completed_run: CompletedRun) -> None:

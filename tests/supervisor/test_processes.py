@@ -10,8 +10,8 @@ import psutil
 
 from mcp_rl import processes
 from mcp_rl.processes import Liveness
+from tests.kit.stranger import Stranger
 from tests.kit.wait import wait_for
-from tests.supervisor.helpers import Stranger
 
 # A parent that starts a grandchild in its own group, then prints both pids.
 TREE = """

@@ -16,7 +16,7 @@ from mcp_rl.settings import Settings
 from mcp_rl.supervisor.registry import Registry, RunRecord, registry_for
 from mcp_rl.supervisor.states import ProcState, RunState
 from tests.conftest import make_env
-from tests.metrics.rundirs import register, write_run
+from tests.kit.runs import register, write_run
 
 
 def _record(run_id: str, created_at: float | None = None, state: RunState = RunState.STARTING) -> RunRecord:

@@ -18,10 +18,10 @@ from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState, run_marker
 from mcp_rl.supervisor.supervisor import Policy
-from tests.footprint import state_footprint
+from tests.kit.footprint import state_footprint
+from tests.kit.runs import run_record
+from tests.kit.stranger import Stranger
 from tests.kit.wait import wait_for
-from tests.records import run_record
-from tests.supervisor.helpers import Stranger
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 

@@ -14,7 +14,7 @@ from mcp_rl.supervisor import start_guard
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import make_env
-from tests.records import run_record
+from tests.kit.runs import run_record
 
 
 def test_a_second_local_run_is_refused_naming_the_running_one(tmp_path: Path) -> None:

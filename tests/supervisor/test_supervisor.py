@@ -17,8 +17,8 @@ from mcp_rl.supervisor import readiness
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import ProcState, RunState
 from mcp_rl.supervisor.supervisor import Policy, ProcessSpec, RunSupervisor
+from tests.kit.runs import run_record
 from tests.kit.wait import wait_for
-from tests.records import run_record
 
 CHILD = str(Path(__file__).with_name("child.py"))
 

@@ -8,19 +8,20 @@ bench/bench_own_task.py's claim (measured there, on all 200 held-out items)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
-from tests.inference_test.helpers import read_until_done
-from tests.mcp_helpers import ok
+from tests.kit.mcp import ok
+from tests.kit.smoke_tests import read_until_done
+from tests.kit.wait import WaitTimeout, wait_for_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -45,12 +46,16 @@ def edit_into_larger_number(text: str) -> str:
 
 
 async def _until(client: Client, tool: str, args: dict[str, Any], done: Any, deadline_s: float) -> dict[str, Any]:
-    end = time.monotonic() + deadline_s
-    while True:
-        answer = await ok(client, tool, args)
-        if done(answer) or time.monotonic() > end:
-            return answer
-        await anyio.sleep(1.0)
+    answer: dict[str, Any] = {}
+
+    async def holds() -> bool:
+        answer.clear()
+        answer.update(await ok(client, tool, args))
+        return bool(done(answer))
+
+    with contextlib.suppress(WaitTimeout):  # the caller asserts on the last answer
+        await wait_for_async(holds, deadline_s, f"{tool} to say it is done", interval=1.0)
+    return answer
 
 
 async def test_scaffold_edit_validate_smoke_test_train_and_prove(

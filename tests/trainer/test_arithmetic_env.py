@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit.run_harness import child_env, free_port, http_ok, start
 from tests.kit.runs import ARITHMETIC
 from tests.kit.wait import wait_for
-from tests.trainer.run_harness import child_env, free_port, http_ok, start
 
 arith = pytest.importorskip("mcp_rl.environments.bundled.arithmetic")
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from mcp_rl.trainer.atropos_client import AtroposClient, AtroposError
+from tests.kit.run_harness import Proc, child_env, free_port, http_ok, start, venv_bin
 from tests.kit.wait import wait_for
-from tests.trainer.run_harness import Proc, child_env, free_port, http_ok, start, venv_bin
 
 
 @pytest.fixture

@@ -290,7 +290,7 @@ def test_a_request_whose_client_left_while_queued_is_never_sampled():
         ServerThread,
         build_app,
     )
-    from tests.trainer.run_harness import free_port
+    from tests.kit.run_harness import free_port
 
     gate = threading.Event()
     backend = FakeBatchBackend(gate=gate)

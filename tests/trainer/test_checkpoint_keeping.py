@@ -16,8 +16,8 @@ from mcp_rl.trainer.loop import Trainer
 from mcp_rl.trainer.retention import disk_bytes, prune
 from mcp_rl.trainer.status import RunRecorder
 from tests.fakes.tinker_server import TinkerServer
+from tests.kit.run_harness import child_env
 from tests.kit.tinker_wire import make_backend, serve, tinker_run_config
-from tests.trainer.run_harness import child_env
 
 
 def _trainer(tmp_path: Path, tokenizer: str, server: TinkerServer, ttl: int = 86400) -> Trainer:

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.kit.run_harness import child_env, free_port, http_ok, start
 from tests.kit.wait import wait_for
-from tests.trainer.run_harness import child_env, free_port, http_ok, start
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit.run_harness import LocalRun, free_port
 from tests.kit.runs import TEST_HELD_OUT_LIMIT, arithmetic_run_config
 from tests.kit.wait import wait_for
-from tests.trainer.run_harness import LocalRun, free_port
 
 pytestmark = pytest.mark.slow
 

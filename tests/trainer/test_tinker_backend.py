@@ -20,6 +20,7 @@ from mcp_rl.trainer.backends.base import AdamParams, SamplingRequest, TrainingEx
 from mcp_rl.trainer.backends.tinker import LOSS_FN
 from mcp_rl.trainer.loop import Trainer
 from tests.fakes.tinker_server import TinkerServer, TinkerWire, policy_logprob
+from tests.kit.run_harness import child_env
 from tests.kit.tinker_wire import (
     MODEL,
     example,
@@ -29,7 +30,6 @@ from tests.kit.tinker_wire import (
     tinker_run_config,
     trainer_on_the_wire,
 )
-from tests.trainer.run_harness import child_env
 
 
 def test_setup_creates_one_lora_model_and_samples_from_ephemeral_weights(tiny_tokenizer: str) -> None:

@@ -39,7 +39,7 @@ def contract_logprobs(choice: dict[str, Any]) -> list[float]:
 def served(tiny_model: Path) -> Iterator[tuple[str, Any]]:
     from mcp_rl.trainer.backends.local import LocalBackend
     from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
-    from tests.trainer.run_harness import free_port
+    from tests.kit.run_harness import free_port
 
     backend = LocalBackend(tiny_model, lora_rank=2, train=False)
     server = ServerThread(build_app(InferenceService(backend)), "127.0.0.1", free_port())

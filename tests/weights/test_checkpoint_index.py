@@ -26,7 +26,7 @@ from mcp_rl.rundir import (
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.retention import prune
 from mcp_rl.weights import checkpoints
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
+from tests.kit.runs import record_checkpoint, write_run_file
 
 
 def _local_run(settings: Settings, run_id: str, steps: range) -> RunConfig:

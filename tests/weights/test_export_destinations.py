@@ -20,7 +20,8 @@ from mcp_rl.settings import Settings
 from mcp_rl.weights import checkpoints, jobs
 from mcp_rl.weights.destination import MARKER_FILE, check_existing, write_marker
 from mcp_rl.weights.jobs import ExportState
-from tests.evaluation.checkpoint_runs import record_checkpoint, write_run_file
+from tests.kit.runs import record_checkpoint, write_run_file
+from tests.kit.wait import wait_for
 
 
 def _run(settings: Settings, run_id: str = "r1", steps: tuple[int, ...] = (1, 2, 3)) -> RunPaths:
@@ -47,12 +48,13 @@ def _start(settings: Settings, dest: str | None, overwrite: bool = True, step: i
 
 
 def _wait(settings: Settings, export_id: str, timeout_s: float) -> jobs.ExportStatus:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """The export's status once it is no longer running (fails after `timeout_s`)."""
+
+    def ended() -> jobs.ExportStatus | None:
         status = jobs.read_status(settings, export_id)
-        if status.state != ExportState.RUNNING or time.monotonic() > deadline:
-            return status
-        time.sleep(0.2)
+        return status if status.state != ExportState.RUNNING else None
+
+    return wait_for(ended, timeout_s, f"export {export_id} to end", interval=0.2)
 
 
 def test_an_export_aimed_at_the_run_or_its_checkpoint_is_refused_and_both_stay_whole(settings: Settings) -> None:
@@ -145,11 +147,13 @@ def test_one_destination_one_export_and_a_killed_worker_fails_fast_leaving_nothi
         with pytest.raises(UserError, match=f"in use by export {first.export_id}"):
             checkpoints.delete(settings, "r1", 1)
         worker.send_signal(signal.SIGCONT)
+
         # Kill the worker once its temporary folder is there (it then loads the tokenizer).
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob(f".out.tmp-{first.pid}-*")) and time.monotonic() < deadline:
+        def writing() -> bool:
             assert jobs.read_status(settings, first.export_id).state == ExportState.RUNNING
-            time.sleep(0.05)
+            return bool(list(tmp_path.glob(f".out.tmp-{first.pid}-*")))
+
+        wait_for(writing, 120, "the worker to begin writing")
         assert list(tmp_path.glob(".out.tmp-*")), "the worker never began writing"
     finally:
         proof = processes.prove(first.pid, first.pid_started_at, first.marker)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from mcp_rl.weights.hub import scrub
 from mcp_rl.weights.jobs import ExportState
 from tests.conftest import make_env
 from tests.fakes.hf_hub_server import HubServer
-from tests.weights.test_export_destinations import _run
+from tests.weights.test_export_destinations import _run, _wait
 
 TOKEN = "hf_echoedTokenValue1234567890abcd"
 REPO = "someone/my-model"
@@ -30,10 +29,7 @@ REPO = "someone/my-model"
 
 def _export(settings: Settings, dest: Path) -> jobs.ExportStatus:
     status = jobs.start(settings, "r1", step=1, format="adapter", dest=str(dest), push_to_hub=REPO, overwrite=False)
-    deadline = time.monotonic() + 120
-    while status.state == ExportState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.2)
-        status = jobs.read_status(settings, status.export_id)
+    status = _wait(settings, status.export_id, 120)
     status.message = jobs.describe(status, tinker=False)
     return status
 

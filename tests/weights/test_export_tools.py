@@ -20,8 +20,8 @@ from mcp_rl.server.app import build_server
 from mcp_rl.settings import Settings
 from mcp_rl.trainer.status import RunRecorder
 from tests.conftest import make_env
+from tests.kit.mcp import ok
 from tests.kit.runs import arithmetic_run_config
-from tests.mcp_helpers import ok
 from tests.weights.test_export_local import adapter  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow

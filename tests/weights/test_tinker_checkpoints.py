@@ -164,7 +164,7 @@ async def test_rl_export_weights_of_a_tinker_run_through_the_tools(home: Path, t
     from mcp import Client
 
     from mcp_rl.server.app import build_server
-    from tests.mcp_helpers import ok
+    from tests.kit.mcp import ok
 
     with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)

@@ -12,13 +12,12 @@ Checkpoints are folders in the run directory, written to a temporary name and re
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.atomic import replace_dir, temp_sibling
+from mcp_rl.atomic import file_written_whole, replace_dir, temp_sibling
 from mcp_rl.trainer.backends.base import (
     AdamParams,
     ForwardBackwardResult,
@@ -476,9 +475,7 @@ class LocalBackend(TrainingBackend):
 
         folder = self._checkpoint_folder(name)
         self.save_sampler_weights(name)
-        target = folder / STATE_FILE
-        tmp = temp_sibling(target)
-        try:
+        with file_written_whole(folder / STATE_FILE) as tmp:
             with self._training, self._weights.shared():
                 torch.save(
                     {
@@ -488,10 +485,6 @@ class LocalBackend(TrainingBackend):
                     },
                     tmp,
                 )
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         return str(folder)
 
     def load_state(self, path: str) -> None:

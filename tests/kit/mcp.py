@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 from mcp import Client
 
 from tests.kit.runs import TEST_HELD_OUT_LIMIT
+from tests.kit.wait import WaitTimeout, wait_for_async
 
 # Where the slow tier keeps the environment families' interpreters: outside the checkout, so only
 # a machine's first run pays for making them.
@@ -36,15 +37,17 @@ async def run_to_end(
 ) -> dict[str, Any]:
     """rl_check_status of `run_id` once a second until it ends or `deadline_s` passes (`each` runs
     at every poll); the last status."""
-    end = time.monotonic() + deadline_s
     status: dict[str, Any] = {}
-    while time.monotonic() < end:
+
+    async def ended() -> bool:
         if each is not None:
             each()
-        status = await ok(client, "rl_check_status", {"run_id": run_id})
-        if status["status"] in {"completed", "failed", "stopped"}:
-            break
-        await anyio.sleep(1.0)
+        status.clear()
+        status.update(await ok(client, "rl_check_status", {"run_id": run_id}))
+        return status["status"] in {"completed", "failed", "stopped"}
+
+    with contextlib.suppress(WaitTimeout):  # the caller asserts on the last status
+        await wait_for_async(ended, deadline_s, f"run {run_id} to end", interval=1.0)
     return status
 
 
@@ -56,7 +59,7 @@ def build_family(family: str) -> Path:
         capture_output=True,
         text=True,
         env=dict(os.environ, MCP_RL_FAMILIES_DIR=str(FAMILIES)),
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         timeout=1600,
     )
     assert out.returncode == 0, out.stderr[-2000:]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.kit.loopback import LoopbackServer
 
 
 class FakeServices:
@@ -62,14 +63,12 @@ class FakeServices:
                 else:
                     self._answer(404, {"error": "not found"})
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._server = LoopbackServer("fake-services", handler=Handler)
+        self.base_url = self._server.base_url
 
     def __enter__(self) -> FakeServices:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.kit.wait import wait_for_async
 
 # The bundled environment the tests smoke-test (no extra environment folders needed).
 ENV_NAME = "arithmetic"
@@ -14,14 +15,14 @@ ENV_PATHS: list[Path] = []
 
 async def read_until_done(client: Any, uri: str, timeout_s: float = 600.0) -> dict[str, Any]:
     """Read a test resource until the test has ended (a readiness probe with a deadline)."""
-    import anyio
+    last: dict[str, Any] = {}
 
-    deadline = time.monotonic() + timeout_s
-    while True:
+    async def ended() -> dict[str, Any] | None:
         contents = (await client.read_resource(uri)).contents
-        data = json.loads(contents[0].text)
-        if data["state"] != "running":
-            return data
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{uri} still running after {timeout_s} s: {data['message']}")
-        await anyio.sleep(1.0)
+        last.update(json.loads(contents[0].text))
+        return dict(last) if last["state"] != "running" else None
+
+    try:
+        return await wait_for_async(ended, timeout_s, f"{uri} to end", interval=1.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{uri} still running after {timeout_s} s: {last.get('message')}") from exc

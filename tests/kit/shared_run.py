@@ -10,7 +10,7 @@ notifications) is kept here for the tests; everything else they read with their 
 
 from __future__ import annotations
 
-import time
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,8 @@ from mcp.types import ResourceUpdatedNotification
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from tests.conftest import make_env, stdio_params
-from tests.mcp_helpers import SHORT_RUN, ok
+from tests.kit.mcp import SHORT_RUN, ok
+from tests.kit.wait import WaitTimeout, wait_for_async
 
 RUN_DEADLINE_S = 600.0
 # How long after completing the run the subscribed client may still wait for its notification.
@@ -69,18 +70,22 @@ async def _make(run: CompletedRun) -> None:
             await client.subscribe_resource(run.uri)
         early = await client.call_tool("rl_get_results", {"run_id": run.run_id})
         run.early_results = (early.is_error, early.content[0].text if early.content else "")
-        end = time.monotonic() + RUN_DEADLINE_S
-        while time.monotonic() < end:
+
+        async def ended() -> bool:
             status = (await ok(client, "rl_check_status", {"run_id": run.run_id}))["status"]
             if not run.statuses or run.statuses[-1] != status:
                 run.statuses.append(status)
-            if status in ("completed", "failed", "stopped"):
-                break
-            await anyio.sleep(0.5)
+            return status in ("completed", "failed", "stopped")
+
+        async def heard() -> bool:
+            return run.uri in run.updates
+
+        # Whatever its end: the tests that read the run say what they expected of it.
+        with contextlib.suppress(WaitTimeout):
+            await wait_for_async(ended, RUN_DEADLINE_S, "the shared run to end", interval=0.5)
         # The subscribed client hears the end too: wait for it while the session is open.
-        with anyio.move_on_after(NOTIFY_DEADLINE_S):
-            while run.uri not in run.updates:
-                await anyio.sleep(0.1)
+        with contextlib.suppress(WaitTimeout):
+            await wait_for_async(heard, NOTIFY_DEADLINE_S, "the end's notification")
 
 
 def make_completed_run(home: Path, model: Path) -> CompletedRun:
