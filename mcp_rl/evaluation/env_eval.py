@@ -44,6 +44,8 @@ from mcp_rl.environments.eval_capture import (
     EVALUATE_CONFIG_FILE,
     METRIC_RULE,
     METRICS_FILE,
+    SAMPLES_FILE,
+    SCORE_KEYS,
     Source,
     choose_metric,
     read_reports,
@@ -53,12 +55,10 @@ from mcp_rl.evaluation.verdict import last_user_text, repeats_prompt
 from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.rundir import read_jsonl
 
-SAMPLES_FILE = "samples.jsonl"  # BaseEnv.evaluate_log writes these two into data_dir_to_save_evals
 CONFIG_FILE = EVALUATE_CONFIG_FILE
 NO_SCORE_FILE = "no_score.txt"  # why an evaluation gave no figures, with what it reported (the note shows it)
 LOG_FILE = "evaluate.log"
-# A score per sample, under the first of these names every sample carries (a bool counts as 0/1).
-SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "passed", "success")
+# A score per sample, under the first of SCORE_KEYS every sample carries (a bool counts as 0/1).
 # An id per sample (to pair items across evaluations), under the first of these every sample has
 # with distinct values; else the prompt text of its `messages`; else its position.
 ID_KEYS = ("id", "item_id", "uid", "idx", "index", "question", "prompt", "problem", "input", "query")
