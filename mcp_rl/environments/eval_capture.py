@@ -53,6 +53,10 @@ CAPTURED_FILE = "captured_metrics.jsonl"
 EVALUATE_CONFIG_FILE = "evaluate.yaml"  # the evaluate mode's config, written by env_eval
 SPLIT_SOURCE = "eval_split"
 METRICS_FILE = "metrics.json"  # BaseEnv.evaluate_log writes its metrics there (data_dir_to_save_evals)
+SAMPLES_FILE = "samples.jsonl"  # ... and its per-item samples there
+# A per-item sample's score, under the first of these names every sample carries (a bool counts as
+# 0/1): read by mcp_rl.evaluation.env_eval (the held-out outcomes) and the validator's probes.
+SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "passed", "success")
 # The rule for the metric of an aggregate-only evaluation, tier by tier (a name is matched
 # lower-cased; its last `/` part for `exact` and `suffix`): the first tier with a candidate wins;
 # within a tier, names holding an `eval` or `test` word first, then by source (Source's order),

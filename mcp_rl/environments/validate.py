@@ -12,6 +12,7 @@ No paid call: the only model it samples is the local base model.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_child
+from mcp_rl.environments.degenerate_probes import CREDIT_SHARE, MEAN_SHARE
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.errors import UserError
 from mcp_rl.models import default_model_dir, is_hf_model_dir
@@ -35,8 +37,8 @@ SAMPLED_ITEMS = 4
 
 class Problem(BaseModel):
     check: str = Field(
-        description="import, init, items, messages, overlap, reference, wrong_answer, base_model_answer; "
-        "Atropos environments: setup, items, group, scores, evaluate"
+        description="import, init, items, messages, overlap, reference, wrong_answer, degenerate_answer, "
+        "base_model_answer; Atropos environments: setup, items, group, scores, evaluate"
     )
     message: str
     exception: str | None = None
@@ -55,6 +57,13 @@ class ValidationReport(BaseModel):
     train_items: int | None = None
     held_out_items: int | None = None
     references_scored: int | None = None
+    degenerate_replies: list[dict[str, Any]] | None = Field(
+        None,
+        description="What degenerate replies score over a sample of held-out items (an empty reply, a long digit "
+        "string, the prompt echoed, the most common reference answer given to every item): each probe's mean and "
+        f"share of items given any credit. A warning names any past its threshold (a mean above {MEAN_SHARE:.0%} of "
+        f"the score range; credit on more than {CREDIT_SHARE:.0%} of items for a reply that is not an answer).",
+    )
     base_model: dict[str, Any] | None = Field(
         None, description="The local base model's sampled answers (temperature 1) with their scores and timings."
     )
@@ -98,6 +107,8 @@ def validate(
     (UserError when the child fails or is cancelled)."""
     digest = file_digest(env.file_path)
     args = [str(env.file_path), env.class_name, str(env.project_root)]
+    if env.preset:  # rg:letter_counting is the bundled reasoning-gym environment with datasets preset
+        args += ["--preset", json.dumps(env.preset)]
     model = _base_model(settings) if sample else None
     if model is not None:
         args += ["--model", str(model), "--samples", str(SAMPLED_ITEMS)]
@@ -139,6 +150,7 @@ def validate(
         train_items=data.get("train_items"),
         held_out_items=data.get("held_out_items"),
         references_scored=data.get("references_scored"),
+        degenerate_replies=data.get("degenerate_replies") or (data.get("atropos") or {}).get("degenerate_replies"),
         base_model=data.get("base_model"),
         atropos=data.get("atropos"),
         seconds=round(time.monotonic() - began, 2),

@@ -13,6 +13,12 @@ tests, any OpenAI-compatible server given by its URL).
                             shortened when it can be read, see eval_capture.eval_split_sizes),
                             with the capture hooks of eval_capture: whether it runs and which
                             score mcp-rl would read from it, and from where
+    degenerate replies      evaluate() again, on at most degenerate_probes.PROBE_ITEMS items,
+                            against a loopback server answering every request with one probe's
+                            reply (empty, a digit string, the prompt echoed, the most common
+                            reference answer its samples carry): what each scores, warned past
+                            the thresholds of mcp_rl.environments.degenerate_probes (scores taken
+                            as accuracy-like, 0..1)
 
 Every step has its deadline. Bounds keep it inside the validator's budget: the environment's
 max_token_length is capped at MAX_TOKENS (its generations are the slow part on a CPU).
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import math
 import signal
 import subprocess
@@ -34,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.environments import eval_capture
+from mcp_rl.environments import degenerate_probes, eval_capture
 from mcp_rl.ports import allocate_ports
 
 ITEMS = 3
@@ -145,7 +152,7 @@ class LocalModel:
                 self.proc.wait()
 
 
-def _config(cls: Any, tokenizer: str, work_dir: Path, findings: Findings) -> Any:
+def _config(cls: Any, tokenizer: str, work_dir: Path, findings: Findings, preset: dict[str, Any] | None = None) -> Any:
     """The environment's own config (config_init(), else its config class's defaults), bounded."""
     try:
         config, _ = cls.config_init()
@@ -158,6 +165,7 @@ def _config(cls: Any, tokenizer: str, work_dir: Path, findings: Findings) -> Any
     group = int(getattr(config, "group_size", GROUP_CAP) or GROUP_CAP)
     findings.facts["group_size"] = group
     update = {
+        **(preset or {}),  # the selected variant's values (rg:letter_counting's datasets)
         "tokenizer_name": tokenizer,
         "use_wandb": True,  # as in mcp-rl's evaluations: reports guarded by it are made (W&B is a no-op)
         "group_size": min(group, GROUP_CAP),
@@ -216,38 +224,124 @@ def _check_scores(findings: Findings, group: Any) -> None:
         )
 
 
-def _shorten_eval_split(env: Any) -> dict[str, int]:
-    """Shorten the instance's eval split(s) to EVAL_ITEMS (lists, tuples, datasets with select)."""
+def _shorten_eval_split(env: Any, limit: int = EVAL_ITEMS) -> dict[str, int]:
+    """Shorten the instance's eval split(s) to `limit` items (lists, tuples, datasets with select)."""
     kept = {}
     for name, size in eval_capture.eval_split_sizes(env).items():
         value = getattr(env, name)
         if isinstance(value, list | tuple):
-            setattr(env, name, value[:EVAL_ITEMS])
+            setattr(env, name, value[:limit])
         elif callable(getattr(value, "select", None)):
             try:
-                setattr(env, name, value.select(range(min(size, EVAL_ITEMS))))
+                setattr(env, name, value.select(range(min(size, limit))))
             except Exception:  # not a datasets.Dataset after all: left as it is
                 continue
         else:
             continue
-        kept[name] = min(size, EVAL_ITEMS)
+        kept[name] = min(size, limit)
     return kept
 
 
-async def _evaluate(findings: Findings, cls: Any, env: Any, work_dir: Path) -> None:
+def _probe_scores(work_dir: Path) -> tuple[list[float] | None, list[Any], float | None]:
+    """(per-item scores, per-item references, aggregate score) of the evaluate() just run."""
+    samples = []
+    try:
+        with open(work_dir / eval_capture.SAMPLES_FILE, encoding="utf-8") as fh:
+            samples = [row for row in map(_json_line, fh) if isinstance(row, dict)]
+    except OSError:
+        pass
+    scores: list[float] | None = None
+    references: list[Any] = []
+    if samples:
+        for key in eval_capture.SCORE_KEYS:
+            values = [row.get(key) for row in samples]
+            numbers = [float(v) for v in values if isinstance(v, int | float)]  # a bool is an int: 0/1
+            if len(numbers) == len(values) and all(math.isfinite(v) for v in numbers):
+                scores = numbers
+                break
+        ref_key = next((k for k in degenerate_probes.REFERENCE_KEYS if all(k in row for row in samples)), None)
+        references = [row[ref_key] for row in samples] if ref_key else []
+    reports, _ = eval_capture.read_reports(work_dir)
+    chosen = eval_capture.choose_metric(reports)
+    return scores, references, chosen[1] if chosen is not None else None
+
+
+def _json_line(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
+def _replier(name: str, constant: str | None) -> Callable[[str], str]:
+    def reply(prompt: str) -> str:
+        return degenerate_probes.reply_for(name, prompt, constant)
+
+    return reply
+
+
+async def _probe(findings: Findings, cls: Any, config: Any, work_dir: Path) -> None:
+    """evaluate() against a server answering each probe's reply: what degenerate replies score."""
+    from atroposlib.envs.base import APIServerConfig  # the environment's own library, already loaded
+
+    with degenerate_probes.ProbeServer() as probe:
+        server = APIServerConfig(
+            model_name="probe",
+            base_url=probe.base_url,
+            api_key="x",
+            server_type="openai",
+            health_check=False,
+            timeout=int(EVALUATE_S),
+        )
+        try:
+            env = cls(config=config, server_configs=[server], slurm=False, testing=False)
+            await asyncio.wait_for(env.setup(), SETUP_S)
+        except Exception as exc:  # it ran above with the model; said, not a problem of its own
+            findings.warnings.append(f"degenerate replies not probed: the environment did not start ({exc})"[:300])
+            return
+        _shorten_eval_split(env, degenerate_probes.PROBE_ITEMS)
+        results: list[degenerate_probes.ProbeResult] = []
+        constant: str | None = None
+        for name in degenerate_probes.PROBES:
+            if name == "constant" and constant is None:
+                continue
+            probe.reply = _replier(name, constant)
+            for stale in (eval_capture.CAPTURED_FILE, eval_capture.METRICS_FILE, eval_capture.SAMPLES_FILE):
+                (work_dir / stale).unlink(missing_ok=True)
+            try:
+                await asyncio.wait_for(env.evaluate(), EVALUATE_S)
+            except Exception as exc:  # a reply the environment cannot take: said, not fatal
+                findings.warnings.append(
+                    f"evaluate() raised on {degenerate_probes.DESCRIBED[name]}: {type(exc).__name__}: {exc}"[:300]
+                )
+                continue
+            scores, references, aggregate = _probe_scores(work_dir)
+            if constant is None and references:
+                constant = degenerate_probes.most_common(references)
+            shown = "(each item's own prompt)" if name == "echo" else degenerate_probes.reply_for(name, "", constant)
+            if scores:
+                results.append(degenerate_probes.result(name, shown, scores))
+            elif aggregate is not None:
+                results.append(degenerate_probes.ProbeResult(name, shown, None, aggregate, None))
+    findings.facts["degenerate_replies"] = [r.report() for r in results]
+    findings.warnings.extend(degenerate_probes.warnings(results))
+
+
+async def _evaluate(findings: Findings, cls: Any, env: Any, work_dir: Path) -> bool:
+    """Run evaluate() once; True when it ran (the probes then run it too)."""
     from atroposlib.envs.base import BaseEnv  # the environment's own library, already loaded
 
     if getattr(cls, "evaluate", None) is BaseEnv.evaluate:
         findings.facts["evaluate"] = {"defined": False}
         findings.warnings.append("no evaluate() of its own: held-out figures need one (or a task's held-out items)")
-        return
+        return False
     shortened = _shorten_eval_split(env)
     began = time.monotonic()
     done = await _timed(findings, "evaluate", "evaluate()", env.evaluate, EVALUATE_S)
     facts: dict[str, Any] = {"defined": True, "shortened_to": shortened or None}
     if done is _FAILED:
         findings.facts["evaluate"] = facts
-        return
+        return False
     facts["seconds"] = round(time.monotonic() - began, 3)
     reports, _ = eval_capture.read_reports(work_dir)
     samples = (work_dir / "samples.jsonl").is_file()
@@ -266,10 +360,19 @@ async def _evaluate(findings: Findings, cls: Any, env: Any, work_dir: Path) -> N
     if not shortened:
         facts["note"] = "its eval split could not be shortened: evaluate() ran on all of it"
     findings.facts["evaluate"] = facts
+    return True
 
 
 async def run_checks(
-    cls: Any, file_path: Path, *, base_url: str, tokenizer: str, model_name: str, server_type: str, work_dir: Path
+    cls: Any,
+    file_path: Path,
+    *,
+    base_url: str,
+    tokenizer: str,
+    model_name: str,
+    server_type: str,
+    work_dir: Path,
+    preset: dict[str, Any] | None = None,
 ) -> Findings:
     findings = Findings(file_path)
     # the environment's library (the child imported it with the file)
@@ -278,7 +381,7 @@ async def run_checks(
     # The hooks an evaluation has (W&B a no-op run, every report captured), before anything runs.
     eval_capture.install_for_check(cls, work_dir)
     try:
-        config = _config(cls, tokenizer, work_dir, findings)
+        config = _config(cls, tokenizer, work_dir, findings, preset)
         server = APIServerConfig(
             model_name=model_name,
             base_url=base_url,
@@ -316,7 +419,8 @@ async def run_checks(
             findings.warnings.append("collect_trajectories() returned no group for the first item (None)")
         else:
             _check_scores(findings, group)
-    await _evaluate(findings, cls, env, work_dir)
+    if await _evaluate(findings, cls, env, work_dir):
+        await _probe(findings, cls, config, work_dir)
     return findings
 
 
@@ -329,6 +433,7 @@ def check(
     tokenizer: str | None,
     server_type: str,
     work_dir: Path,
+    preset: dict[str, Any] | None = None,
 ) -> Findings:
     """Run the checks against `base_url`, or the local model `model_dir` served for them."""
     server = None
@@ -355,6 +460,7 @@ def check(
                 model_name=model_dir or "default",
                 server_type=server_type,
                 work_dir=work_dir,
+                preset=preset,
             )
         )
         if ready_s is not None:

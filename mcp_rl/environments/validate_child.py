@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl import redact
+from mcp_rl.environments import degenerate_probes
 from mcp_rl.environments.child import take_channels, write_report
 from mcp_rl.task import prompt_text
 
@@ -182,8 +183,39 @@ def check_task(report: Report, task: Any, model: str | None, samples: int) -> No
         )
     if timings:
         report.facts["score_ms_max"] = round(1000 * max(timings), 3)
+    if items["held_out"] and not report.problems:
+        probe_task(report, task, items["held_out"], chats["held_out"])
     if model and items["held_out"] and not report.problems:
         sample_base_model(report, task, model, [c for c in chats["held_out"][:samples] if c], items["held_out"])
+
+
+def probe_task(report: Report, task: Any, held_out: list[Any], chats: list[list[dict[str, str]] | None]) -> None:
+    """What degenerate replies score over the first held-out items (degenerate_probes): an empty
+    reply, a long digit string, the prompt echoed, the most common reference answer to every item."""
+    sample = list(zip(held_out, chats, strict=True))[: degenerate_probes.PROBE_ITEMS]
+    references = []
+    for item, _ in sample:
+        try:
+            references.append(task.reference(item))
+        except Exception:  # the checked items' references were reported above; a probe is no place for it
+            references.append(None)
+    constant = degenerate_probes.most_common(references)
+    low, high = task.score_range
+    results = []
+    for probe in degenerate_probes.PROBES:
+        if probe == "constant" and constant is None:
+            continue
+        scores = []
+        for item, chat in sample:
+            reply = degenerate_probes.reply_for(probe, degenerate_probes.last_user(chat or []), constant)
+            value = check_score(report, task, reply, item, "degenerate_answer")
+            if value is None:
+                return  # a score() that fails on a reply a model can give: reported as a problem
+            scores.append(value)
+        shown = "(each item's own prompt)" if probe == "echo" else degenerate_probes.reply_for(probe, "", constant)
+        results.append(degenerate_probes.result(probe, shown, scores, low))
+    report.facts["degenerate_replies"] = [r.report() for r in results]
+    report.warnings.extend(degenerate_probes.warnings(results, low, high))
 
 
 def sample_base_model(
@@ -260,6 +292,7 @@ def run_atropos(report: Report, cls: Any, file_path: Path, ns: argparse.Namespac
             tokenizer=ns.tokenizer,
             server_type="openai" if ns.base_url and ns.server_type == "sglang" else ns.server_type,
             work_dir=Path(work),
+            preset=json.loads(ns.preset) if ns.preset else None,
         )
     report.problems.extend(found.problems)
     report.warnings.extend(found.warnings)
@@ -277,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--tokenizer", default=None)
     parser.add_argument("--server-type", default="sglang")
+    # An environment selected with preset config values (rg:<dataset>): JSON of them.
+    parser.add_argument("--preset", default=None)
     ns = parser.parse_args(argv)
     take_channels()  # the report pipe and the lifeline, before any of the user's code is imported
     file_path = ns.file.resolve()

@@ -44,26 +44,32 @@ from mcp_rl.environments.eval_capture import (
     EVALUATE_CONFIG_FILE,
     METRIC_RULE,
     METRICS_FILE,
+    SAMPLES_FILE,
+    SCORE_KEYS,
     Source,
     choose_metric,
     read_reports,
 )
 from mcp_rl.evaluation.outcomes import ItemOutcome
+from mcp_rl.evaluation.verdict import last_user_text, repeats_prompt
 from mcp_rl.processes import identify, spawn, stop_group
 from mcp_rl.rundir import read_jsonl
 
-SAMPLES_FILE = "samples.jsonl"  # BaseEnv.evaluate_log writes these two into data_dir_to_save_evals
 CONFIG_FILE = EVALUATE_CONFIG_FILE
 NO_SCORE_FILE = "no_score.txt"  # why an evaluation gave no figures, with what it reported (the note shows it)
 LOG_FILE = "evaluate.log"
-# A score per sample, under the first of these names every sample carries (a bool counts as 0/1).
-SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "passed", "success")
+# A score per sample, under the first of SCORE_KEYS every sample carries (a bool counts as 0/1).
 # An id per sample (to pair items across evaluations), under the first of these every sample has
 # with distinct values; else the prompt text of its `messages`; else its position.
 ID_KEYS = ("id", "item_id", "uid", "idx", "index", "question", "prompt", "problem", "input", "query")
 # A label per sample (a mixture's dataset): held-out figures are also given per label.
 GROUP_KEYS = ("dataset", "group", "category", "task", "subset")
 COMPLETION_KEYS = ("completion", "response", "model_response", "output", "generation", "answer_text")
+# Whether a sample's generation stopped at max_tokens: a finish reason ("length" = cut), else a flag.
+FINISH_KEYS = ("finish_reason", "stop_reason")
+CUT_KEYS = ("truncated", "at_limit", "hit_max_tokens")
+# The prompt a sample's answer may repeat (prompt echo): its messages' last user turn, else one of these.
+PROMPT_KEYS = ("question", "prompt", "problem", "input", "query")
 N_KEYS = ("n", "eval/n", "num_samples", "eval/num_samples", "total", "eval/total", "total_evaluated", "count")
 DEFAULT_TIMEOUT_S = 1800.0
 STOP_GRACE_S = 5.0
@@ -390,13 +396,41 @@ def per_item_outcomes(samples: list[dict[str, Any]]) -> tuple[list[ItemOutcome] 
     if ids is None:
         ids, paired_by = [f"item-{i}" for i in range(len(samples))], "position"
     group_key = next((k for k in GROUP_KEYS if all(isinstance(row.get(k), str) for row in samples)), None)
-    outcomes = [
-        ItemOutcome(
-            item=item,
-            score=float(_score(row.get(key)) or 0.0),
-            completion=_completion(row),
-            group=row[group_key] if group_key else None,
+    outcomes = []
+    for item, row in zip(ids, samples, strict=True):
+        completion = _completion(row)
+        prompt = _prompt_of(row)
+        outcomes.append(
+            ItemOutcome(
+                item=item,
+                score=float(_score(row.get(key)) or 0.0),
+                completion=completion,
+                group=row[group_key] if group_key else None,
+                at_limit=_at_limit(row),
+                echo=repeats_prompt(completion, prompt) if prompt is not None else None,
+            )
         )
-        for item, row in zip(ids, samples, strict=True)
-    ]
     return outcomes, key, paired_by
+
+
+def _at_limit(row: Mapping[str, Any]) -> bool | None:
+    """Whether the sample's generation stopped at max_tokens, when the sample says (None: it does not)."""
+    for key in FINISH_KEYS:
+        if isinstance(row.get(key), str):
+            return str(row[key]) == "length"
+    for key in CUT_KEYS:
+        if isinstance(row.get(key), bool):
+            return bool(row[key])
+    return None
+
+
+def _prompt_of(row: Mapping[str, Any]) -> str | None:
+    messages = row.get("messages")
+    if isinstance(messages, list):
+        text = last_user_text([m for m in messages if isinstance(m, dict)])
+        if text:
+            return text
+    for key in PROMPT_KEYS:
+        if isinstance(row.get(key), str):
+            return str(row[key])
+    return None

@@ -24,6 +24,10 @@ class ItemOutcome(BaseModel):
     score: float
     completion: str = ""
     group: str | None = None  # the item's label (a mixture's dataset), when the environment gives one
+    # Its generation stopped at max_tokens, cut before it ended (None: the evaluation cannot tell).
+    at_limit: bool | None = None
+    # The completion repeats the item's prompt (mcp_rl.evaluation.verdict.repeats_prompt; None: prompt unknown).
+    echo: bool | None = None
 
 
 def write_outcomes(path: Path, outcomes: list[ItemOutcome]) -> None:

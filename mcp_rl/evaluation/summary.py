@@ -20,9 +20,13 @@ from mcp_rl.evaluation.outcomes import (
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
 from mcp_rl.evaluation.verdict import (
+    ADVICE,
+    NO_BASELINE_AGGREGATE,
+    THRESHOLDS,
     AnswerShape,
     ConstantBaseline,
     answer_shape,
+    constant_from_answers,
     learned,
     shape_warnings,
     verdict_sentence,
@@ -31,6 +35,8 @@ from mcp_rl.rundir import eval_outcomes_file
 
 # Evaluations listed (first, last and evenly spaced between): a status call reads each one's file.
 MAX_POINTS = 20
+# A group's constant-answer warning needs at least this many items (fewer: noise).
+MIN_GROUP_ITEMS = 5
 
 
 def _thin(steps: list[int]) -> list[int]:
@@ -58,6 +64,11 @@ class GroupFigures(BaseModel):
     ci_high: float
     p_value: float
     test: str
+    learned: bool | None = Field(
+        None, description="False: one constant answer scores as much as the trained model within this group."
+    )
+    constant_baseline: ConstantBaseline | None = Field(None, description="The best constant answer within the group.")
+    answers: AnswerShape | None = Field(None, description="The trained model's answers within the group.")
 
 
 class HeldOutSummary(BaseModel):
@@ -107,8 +118,10 @@ class HeldOutSummary(BaseModel):
     warnings: list[str] = Field(
         default_factory=list,
         description="What the answers show beside the figures (collapse to one answer, a gain made of partial "
-        "credit), each with advice. Report them with the figures.",
+        "credit, answers cut at max_tokens, answers repeating the prompt, per group too), each with advice. "
+        "Report them with the figures.",
     )
+    thresholds: str = Field(THRESHOLDS, description="When each warning above is given.")
     measure: str | None = Field(
         None,
         description="An environment's own evaluate(): which of its metrics the figures are, where it came from "
@@ -160,10 +173,17 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         )
     except UserError:
         return None
-    constant = read_constant(run_dir, last)
+    base_rows = [o for o in rows[first] if o.item in now]
+    now_rows = [o for o in rows[last] if o.item in base]
+    # The graded baseline the trainer wrote; else (an environment's own evaluate() graded the
+    # answers, no grader here) the best one read from the answers, a lower bound.
+    constant = read_constant(run_dir, last) or constant_from_answers(
+        {"base": _triples(base_rows), "trained": _triples(now_rows)}
+    )
     top = max([1.0, *base.values(), *now.values()])
-    base_shape = _shape([o for o in rows[first] if o.item in now], top)
-    now_shape = _shape([o for o in rows[last] if o.item in base], top)
+    base_shape = _shape(base_rows, top)
+    now_shape = _shape(now_rows, top)
+    groups = _by_group(common, base, now, labels, base_rows, now_rows, constant, top)
     return HeldOutSummary(
         n=result.n,
         base_step=first,
@@ -184,18 +204,36 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         base_answers=base_shape,
         warnings=shape_warnings(
             base_shape, now_shape, result.base_score, result.trained_score, learned(result.trained_score, constant)
-        ),
-        groups=_by_group(common, base, now, labels),
+        )
+        + _group_warnings(groups),
+        groups=groups,
         evaluations=points,
     )
 
 
+def _triples(outcomes: list[ItemOutcome]) -> list[tuple[str, str, float]]:
+    return [(o.item, o.completion, o.score) for o in outcomes]
+
+
 def _shape(outcomes: list[ItemOutcome], top: float) -> AnswerShape | None:
-    return answer_shape([o.completion for o in outcomes], [o.score for o in outcomes], top)
+    return answer_shape(
+        [o.completion for o in outcomes],
+        [o.score for o in outcomes],
+        top,
+        [o.at_limit for o in outcomes],
+        [o.echo for o in outcomes],
+    )
 
 
 def _by_group(
-    common: list[str], base: dict[str, float], now: dict[str, float], labels: dict[str, str]
+    common: list[str],
+    base: dict[str, float],
+    now: dict[str, float],
+    labels: dict[str, str],
+    base_rows: list[ItemOutcome],
+    now_rows: list[ItemOutcome],
+    constant: ConstantBaseline | None,
+    top: float,
 ) -> list[GroupFigures]:
     names = sorted({labels[i] for i in common if i in labels})
     if len(names) < 2:
@@ -204,6 +242,16 @@ def _by_group(
     for name in names:
         items = [i for i in common if labels.get(i) == name]
         r = paired_comparison([base[i] for i in items], [now[i] for i in items])
+        mine = set(items)
+        theirs = [o for o in base_rows if o.item in mine]
+        ours = [o for o in now_rows if o.item in mine]
+        graded = constant.groups.get(name) if constant is not None else None
+        if graded is not None:
+            group_constant: ConstantBaseline | None = ConstantBaseline(
+                answer=graded.answer, score=graded.score, source=constant.source if constant else "", candidates=0
+            )
+        else:
+            group_constant = constant_from_answers({"base": _triples(theirs), "trained": _triples(ours)})
         out.append(
             GroupFigures(
                 group=name,
@@ -215,8 +263,25 @@ def _by_group(
                 ci_high=r.ci_high,
                 p_value=r.p_value,
                 test=r.test,
+                learned=learned(r.trained_score, group_constant),
+                constant_baseline=group_constant,
+                answers=_shape(ours, top),
             )
         )
+    return out
+
+
+def _group_warnings(groups: list[GroupFigures]) -> list[str]:
+    """A group the model gained on where one constant answer does as well (the collapse of one
+    group hidden in a run-wide figure): named, with its constant."""
+    out = []
+    for g in groups:
+        c = g.constant_baseline
+        if g.learned is False and c is not None and g.difference > 0 and g.n >= MIN_GROUP_ITEMS:
+            out.append(
+                f"Group {g.group}: the gain ({g.base_score:.2f} -> {g.trained_score:.2f}, n={g.n}) is what answering "
+                f'"{c.answer}" to every item of the group scores ({c.score:.2f}): not shown learned there; {ADVICE}.'
+            )
     return out
 
 
@@ -253,6 +318,6 @@ def _aggregate_summary(run_dir: Path) -> HeldOutSummary | None:
         ci_high=result.ci_high,
         p_value=result.p_value,
         test=result.test,
-        sentence=result.sentence,
+        sentence=f"{result.sentence} {NO_BASELINE_AGGREGATE}",
         evaluations=points,
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from mcp_rl.evaluation.outcomes import (
     write_outcomes,
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
-from mcp_rl.evaluation.verdict import best_constant
+from mcp_rl.evaluation.verdict import best_constant, last_user_text, repeats_prompt
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     EVAL_BASE_SCORE_KEY,
@@ -117,6 +118,7 @@ class HeldOutEvaluator:
                 lambda text, i: items.grade(items.items[i], text),
                 completions,
                 [item.answer for item in items.items] if items.answers_are_references else None,
+                [item.group for item in items.items],
             )
             if baseline is not None:
                 write_constant(self.run_dir, step, baseline)
@@ -131,14 +133,11 @@ class HeldOutEvaluator:
             return self._evaluate_own(step) if self._own_evaluate else {}
         began = time.monotonic()
         try:
-            completions = sample_completions(sampler, items)
+            answers = sample_answers(sampler, items)
         except Exception:
             log.warning("held-out evaluation at step %d failed; training goes on", step, exc_info=True)
             return {}
-        outcomes = [
-            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text, group=item.group)
-            for item, text in zip(items.items, completions, strict=True)
-        ]
+        outcomes = item_outcomes(items, answers)
         write_outcomes(eval_outcomes_file(self.run_dir, step), outcomes)
         self._write_constant(items, outcomes, step)
         seconds = time.monotonic() - began
@@ -231,8 +230,22 @@ def record_env_evaluation(run_dir: Path, step: int, result: EnvEvaluation) -> di
     return metrics
 
 
+@dataclass(frozen=True)
+class SampledAnswer:
+    """One held-out completion and whether its generation stopped at max_tokens (cut)."""
+
+    text: str
+    at_limit: bool | None  # None: the sampler did not say
+
+
 def sample_completions(sampler: Sampler, items: HeldOutSet) -> list[str]:
     """One completion per item, in item order, with the set's sampling."""
+    return [answer.text for answer in sample_answers(sampler, items)]
+
+
+def sample_answers(sampler: Sampler, items: HeldOutSet) -> list[SampledAnswer]:
+    """One completion per item, in item order, with the set's sampling, each marked when its
+    generation hit the token limit."""
     tokenizer = sampler.tokenizer
     requests = []
     for item in items.items:
@@ -252,7 +265,16 @@ def sample_completions(sampler: Sampler, items: HeldOutSet) -> list[str]:
         outputs = []
         for i in range(0, len(prompts), GREEDY_CHUNK):
             outputs.extend(greedy(prompts[i : i + GREEDY_CHUNK], items.max_tokens))
-        return [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in outputs]
+        # The greedy decoder keeps a row's stop token: a row as long as the limit whose last token
+        # is not a stop token was cut.
+        stops = set(getattr(sampler, "eos_ids", None) or [])
+        return [
+            SampledAnswer(
+                tokenizer.decode(tokens, skip_special_tokens=True),
+                len(tokens) >= items.max_tokens and not (tokens and tokens[-1] in stops),
+            )
+            for tokens in outputs
+        ]
     batch = getattr(sampler, "sample_batch", None)
     if batch is not None and not getattr(sampler, "remote", False):
         results = []
@@ -261,7 +283,27 @@ def sample_completions(sampler: Sampler, items: HeldOutSet) -> list[str]:
     else:
         with ThreadPoolExecutor(CONCURRENT_REQUESTS, thread_name_prefix="eval") as pool:
             results = list(pool.map(sampler.sample, requests))
-    return [tokenizer.decode(seqs[0].tokens, skip_special_tokens=True) if seqs else "" for seqs in results]
+    return [
+        SampledAnswer(tokenizer.decode(seqs[0].tokens, skip_special_tokens=True), seqs[0].finish_reason == "length")
+        if seqs
+        else SampledAnswer("", None)
+        for seqs in results
+    ]
+
+
+def item_outcomes(items: HeldOutSet, answers: list[SampledAnswer]) -> list[ItemOutcome]:
+    """Each item's graded answer, marked when it stopped at max_tokens or repeats the prompt."""
+    return [
+        ItemOutcome(
+            item=item.id,
+            score=items.grade(item, answer.text),
+            completion=answer.text,
+            group=item.group,
+            at_limit=answer.at_limit,
+            echo=repeats_prompt(answer.text, last_user_text(item.messages)),
+        )
+        for item, answer in zip(items.items, answers, strict=True)
+    ]
 
 
 def compare_with_base(run_dir: Path, step: int) -> dict[str, Any]:

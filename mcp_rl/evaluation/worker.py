@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.background import worker_main
@@ -55,6 +55,9 @@ from mcp_rl.evaluation.heldout import HeldOutSet, held_out_set
 from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.settings import Settings
+
+if TYPE_CHECKING:
+    from mcp_rl.evaluation.trainer_eval import SampledAnswer
 
 log = logging.getLogger("mcp_rl.evaluation.worker")
 
@@ -153,7 +156,7 @@ class EvalWorker:
         began = time.monotonic()
         self._progress(index, state="running", total=len(items.items))
         try:
-            texts = self._complete(model, items, lambda done: self._progress(index, done=done))
+            answers = self._complete(model, items, lambda done: self._progress(index, done=done))
         except Cancelled:
             raise
         except CapReached as cause:
@@ -163,10 +166,10 @@ class EvalWorker:
             log.warning("model %s failed", model.id, exc_info=True)
             self._progress(index, state="failed", error=f"{type(exc).__name__}: {exc}")
             return
-        outcomes = [
-            ItemOutcome(item=item.id, score=items.grade(item, text), completion=text, group=item.group)
-            for item, text in zip(items.items, texts, strict=True)
-        ]
+        # the trainer's own grading and marks (at max_tokens, prompt echo)
+        from mcp_rl.evaluation.trainer_eval import item_outcomes
+
+        outcomes = item_outcomes(items, answers)
         path = self.dir / OUTCOMES_DIR / f"{model.slug}.jsonl"
         write_outcomes(path, outcomes)
         self.outcomes[model.id] = outcomes
@@ -323,21 +326,21 @@ class EvalWorker:
         )
 
     # -- sampling --------------------------------------------------------------------------
-    def _complete(self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]) -> list[str]:
+    def _complete(self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]) -> list[SampledAnswer]:
         if model.kind == "openrouter":
             return self._complete_openrouter(model, items, progress)
         sampler = self._local_sampler(model) if model.kind == "local" else self._tinker_sampler(model)
         try:
             # the trainer's own evaluation sampling (chat template, greedy, the set's max_tokens)
-            from mcp_rl.evaluation.trainer_eval import sample_completions
+            from mcp_rl.evaluation.trainer_eval import sample_answers
 
-            texts: list[str] = []
+            texts: list[SampledAnswer] = []
             for start in range(0, len(items.items), CHUNK):
                 if self.stop.is_set():
                     raise Cancelled
                 chunk = items.model_copy(update={"items": items.items[start : start + CHUNK]})
                 self._check_cap(model, len(chunk.items))
-                texts.extend(sample_completions(sampler, chunk))
+                texts.extend(sample_answers(sampler, chunk))
                 self._meter(model, sampler)
                 progress(len(texts))
             return texts
@@ -380,7 +383,9 @@ class EvalWorker:
         backend.sampling = sampling
         return backend
 
-    def _complete_openrouter(self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]) -> list[str]:
+    def _complete_openrouter(
+        self, model: EvalModel, items: HeldOutSet, progress: Callable[[int], None]
+    ) -> list[SampledAnswer]:
         # openai: only an evaluation against a remote model needs it
         import openai
 
@@ -393,7 +398,7 @@ class EvalWorker:
         done = [0]
         lock = threading.Lock()
 
-        def one(messages: list[dict[str, str]]) -> str:
+        def one(messages: list[dict[str, str]]) -> SampledAnswer:
             if self.stop.is_set():
                 raise Cancelled
             response = client.chat.completions.create(
@@ -407,9 +412,10 @@ class EvalWorker:
             self._account(model, response.usage)
             with lock:
                 done[0] += 1
-            return response.choices[0].message.content or ""
+            choice = response.choices[0]
+            return SampledAnswer(choice.message.content or "", choice.finish_reason == "length")
 
-        texts: list[str] = []
+        texts: list[SampledAnswer] = []
         with ThreadPoolExecutor(OPENROUTER_CONCURRENCY, thread_name_prefix="eval-or") as pool:
             for start in range(0, len(items.items), CHUNK):
                 batch = [item.messages for item in items.items[start : start + CHUNK]]

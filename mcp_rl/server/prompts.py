@@ -90,7 +90,9 @@ def train_environment_text(state: AppState, environment: str | None, goal: str |
     own = (
         "If the person's task is their own (none listed fits), call rl_new_environment(name): it writes a working "
         "task file (mcp_rl.task: items with a held-out set, the chat, score). Edit it into their task, call "
-        "rl_validate_environment(name) until it reports no problem, then rl_select_environment(name)."
+        "rl_validate_environment(name) until it reports no problem and no degenerate-reply warning (its "
+        "report.degenerate_replies: what an empty reply, a digit string, the prompt echoed and one constant answer "
+        "score; a scorer paying them is learned instead of the task), then rl_select_environment(name)."
     )
     aim = f"The person's goal: {goal}\n\n" if goal else ""
     return f"""Train a language model with reinforcement learning on an environment, using the mcp-rl tools.
@@ -120,7 +122,10 @@ prompt's steps for this run_id.
 rl_get_results(run_id): lead with its held_out verdict, not the training reward: quote held_out.sentence \
 (base -> trained on held-out items, the test, n, the interval), the best constant answer's score \
 (held_out.constant_baseline: when held_out.learned is false the run is NOT shown to have learned the task, \
-whatever p says; say so) and every held_out.warnings entry with its advice. Then the first, final and best \
+whatever p says; say so; when it is null, say why: no baseline, or only a lower bound of one), the shape of \
+the answers (held_out.answers: distinct share, most common answer, full vs partial credit, share stopped at \
+max_tokens, share repeating the prompt; per group in held_out.groups) and every held_out.warnings entry with \
+its advice (held_out.thresholds says when each fires). Then the first, final and best \
 training reward, where the weights are (a tinker:// URL or a local folder) and the W&B run, and say in one \
 sentence whether the run is worth keeping."""
 

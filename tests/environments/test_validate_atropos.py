@@ -78,6 +78,12 @@ def test_the_validator_runs_an_atropos_environment(
         assert "zero_division.py:" in problem["message"]
     else:
         assert report["ok"] is True and facts["scores"] == [1.0] * 4 and facts["group_seconds"] > 0
+        # Its evaluate() counts an answer right when the larger number appears anywhere in the reply: the
+        # question echoed back holds both numbers, so it scores every item (an aggregate: no item count).
+        probes = {p["probe"]: p for p in facts["degenerate_replies"]}
+        assert probes["echo"]["mean"] == 1.0 and probes["echo"]["items"] is None and probes["empty"]["mean"] == 0.0
+        assert "constant" not in probes  # no samples, so no reference answers to take one from
+        assert any(w.startswith("The prompt echoed back") for w in report["warnings"])
         assert any("no signal" in w for w in report["warnings"])
 
 

@@ -158,3 +158,18 @@ async def test_prompts_say_what_costs_money(home) -> None:
     assert "Tinker credits" in train and "OpenRouter credits" in train
     assert "OpenRouter credits" in smoke
     assert "tml-fake" not in train + smoke and "sk-or-fake" not in train + smoke
+
+
+def test_the_held_out_fields_the_train_prompt_names_exist(settings) -> None:
+    # Issue 44: the agent is led to the verdict, its baselines, the answers' shape and the warnings;
+    # a field renamed in the summary must not leave the prompt pointing at nothing.
+    from types import SimpleNamespace
+
+    from mcp_rl.evaluation.summary import HeldOutSummary
+    from mcp_rl.server.prompts import train_environment_text
+
+    text = train_environment_text(SimpleNamespace(settings=settings), None, None)  # only its settings are read
+    named = set(re.findall(r"held_out\.([a-z_]+)", text))
+    assert {"sentence", "constant_baseline", "learned", "answers", "groups", "warnings", "thresholds"} <= named
+    assert named <= set(HeldOutSummary.model_fields), named - set(HeldOutSummary.model_fields)
+    assert "max_tokens" in text and "repeating the prompt" in text and "degenerate_replies" in text

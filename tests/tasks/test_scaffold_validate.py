@@ -32,6 +32,9 @@ def test_the_scaffold_writes_a_task_that_passes_validation(tmp_path: Path) -> No
     report = validate(settings, env, sample=False)
     assert report.ok, report.problems
     assert report.train_items and report.held_out_items == 200 and report.references_scored
+    # The shipped template's scorer pays no degenerate reply (issue 44): probed, nothing to warn of.
+    assert {p["probe"] for p in report.degenerate_replies or []} == {"empty", "digits", "echo", "constant"}
+    assert not any("score range" in w or "earns some credit" in w for w in report.warnings), report.warnings
     assert validation_for(settings, path) is not None and start_note(settings, path, "my_task") is None
     path.write_text(path.read_text() + "\n# edited\n")
     assert validation_for(settings, path) is None  # the file changed since it passed
