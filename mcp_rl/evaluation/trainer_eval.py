@@ -172,7 +172,9 @@ class HeldOutEvaluator:
                 out_dir=self.run_dir / EVAL_DIR / f"env_step_{step:06d}",
                 # the environment's own code: the allow-list (with the run's marker: the child is the
                 # run's) and what it names; none of the trainer's keys
-                child_env=Settings.from_env().user_code_env(declared_env_vars(ref.file_path, ref.class_name)),
+                child_env=Settings.from_env().user_code_env(
+                    declared_env_vars(ref.file_path, ref.class_name, self.config.env)
+                ),
                 timeout_s=DEFAULT_TIMEOUT_S,
                 metric=self.config.trainer.eval_metric,
             )

@@ -279,7 +279,9 @@ class EvalWorker:
                 base_url=f"http://127.0.0.1:{port}/v1",
                 out_dir=self.dir / "env" / model.slug,
                 # the environment's own code: the allow-list and what it names, no key of ours
-                child_env=self.settings.user_code_env(declared_env_vars(env.file_path, env.class_name)),
+                child_env=self.settings.user_code_env(
+                    declared_env_vars(env.file_path, env.class_name, self.spec.env_config)
+                ),
                 model_name=model.id,
                 timeout_s=DEFAULT_TIMEOUT_S,
             )

@@ -225,11 +225,11 @@ def test_the_validator_reports_a_good_task_and_each_problem(tmp_path: Path) -> N
     raising = "reward: {kind: check, check: \"def check(answer, trace): return 1 / (answer != 'Lima')\"}\n"
     bad = anyio.run(validate, load(write_task(tmp_path, extra=raising)))
     # Only the two Lima scenarios (lines 3 and 7) make this check raise.
-    assert [p.split(": the reward raised")[0] for p in bad.problems] == ["capitals.jsonl:3", "capitals.jsonl:7"]
+    assert [p.message.split(": the reward raised")[0] for p in bad.problems] == ["capitals.jsonl:3", "capitals.jsonl:7"]
     path = write_task(tmp_path)
     path.write_text(path.read_text().replace(str(TINY_SERVER), str(tmp_path / "gone.py")))
     broken = anyio.run(validate, load(path))
-    assert not broken.ok and "failed to start" in broken.problems[0]
+    assert not broken.ok and "failed to start" in broken.problems[0].message
 
 
 def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:

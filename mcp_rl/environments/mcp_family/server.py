@@ -22,6 +22,7 @@ from mcp.types import TextContent
 
 from mcp_rl.environments.mcp_family.taskfile import McpTask
 from mcp_rl.environments.mcp_family.tools import ToolSpec, cap_bytes
+from mcp_rl.processes import MARKER_ENV
 from mcp_rl.settings import SECRET_ENV_VARS
 
 # What any server program needs to start and find its runtime (node, python, locale).
@@ -31,12 +32,15 @@ SERVER_BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "USER
 
 def mcp_server_env(named: Iterable[str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of an MCP server the task runs: SERVER_BASE_ENV plus the names the task
-    lists; mcp-rl's keys (SECRET_ENV_VARS) never, even when a task names one.
+    lists (and the run's process marker); mcp-rl's keys (SECRET_ENV_VARS) never, even when a
+    task names one.
 
     It runs inside the environment process, whose own environment is already the user-code
     allow-list (`Settings.user_code_env`); this narrows it to what the server itself needs."""
     source = dict(os.environ) if base is None else dict(base)
-    wanted = set(SERVER_BASE_ENV) | set(named)
+    # The run's process marker too: the server starts its own session (the SDK's stdio client),
+    # so ending the run's process groups misses it; the marker is how the run's stop finds it.
+    wanted = set(SERVER_BASE_ENV) | set(named) | {MARKER_ENV}
     return {name: value for name, value in source.items() if name in wanted and name not in SECRET_ENV_VARS}
 
 
@@ -47,9 +51,7 @@ def offered_tools(tools: list[Any], allowed: list[str] | None) -> list[ToolSpec]
     if allowed is not None:
         missing = [n for n in allowed if n not in by_name]
         if missing:
-            raise ToolServerError(
-                f"the task allows tools the server does not have: {missing}; it has {sorted(by_name)}"
-            )
+            raise UnknownTools(f"the task allows tools the server does not have: {missing}; it has {sorted(by_name)}")
         chosen = [by_name[n] for n in allowed]
     else:
         chosen = [t for t in tools if not _risky(t)]
@@ -68,6 +70,10 @@ class ToolServerError(RuntimeError):
     """The server could not be started, listed or called; the episode (or the run) ends with it."""
 
 
+class UnknownTools(ToolServerError):
+    """The task allows tools (by name) the server does not have."""
+
+
 @dataclass
 class CallOutcome:
     text: str  # what the model sees (capped)
@@ -78,10 +84,13 @@ class CallOutcome:
 class ToolServer:
     """An open session: the offered tools and `call`."""
 
-    def __init__(self, session: ClientSession, tools: list[ToolSpec], task: McpTask) -> None:
+    def __init__(
+        self, session: ClientSession, tools: list[ToolSpec], task: McpTask, listed: list[Any] | None = None
+    ) -> None:
         self.session = session
         self.tools = tools
         self.task = task
+        self.listed = listed or []  # every tool the server listed (the SDK's Tool objects)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
         limits = self.task.spec.limits
@@ -165,4 +174,4 @@ async def _session(task: McpTask, env: Mapping[str, str] | None) -> AsyncIterato
                 f"the MCP server of {task.path.name} failed to start: {type(exc).__name__}: {exc}"
             ) from exc
         tools = offered_tools(list(listed.tools), task.spec.tools)
-        yield ToolServer(session, tools, task)
+        yield ToolServer(session, tools, task, list(listed.tools))
