@@ -271,3 +271,13 @@ def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_server_that_dies_mid_episode_ends_the_episode_with_its_cause(tmp_path: Path) -> None:
+    # Not a tool error for the model to read: the episode cannot go on (and a group of them fails).
+    task = load(write_task(tmp_path, extra="tools: [capital, crash]\n"))
+    tokenizer = CharTokenizer(SMOL_TEMPLATE)
+    policy = ScriptedPolicy(tokenizer, [call("capital", country="Peru"), call("crash"), "Lima"])
+    with pytest.raises(ToolServerError, match="ended during the episode \\(calling crash\\)"):
+        anyio.run(lambda: run_episode(task, task.train[0], tokenizer, policy))
+    assert _servers_alive() == []

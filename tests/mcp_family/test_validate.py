@@ -42,7 +42,11 @@ def test_a_good_task_file_passes_with_its_tools_and_the_withheld_ones(
     assert report.kind == "mcp" and report.train_items and report.held_out_items
     assert report.mcp is not None
     assert "capital" in report.mcp["offered"] and "wipe" in report.mcp["listed"]
-    assert report.mcp["withheld"] == {"wipe": ["destructiveHint"], "web_search": ["openWorldHint"]}
+    assert report.mcp["withheld"] == {
+        "wipe": ["destructiveHint"],
+        "crash": ["destructiveHint"],
+        "web_search": ["openWorldHint"],
+    }
     assert any("wipe declares destructiveHint" in w for w in report.warnings)
     assert validation_for(settings, path) is not None  # recorded against the file as it is
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import anyio
 import httpx2
+from mcp import MCPError
 from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import TextContent
+from mcp.types import CONNECTION_CLOSED, TextContent
 
 from mcp_rl.environments.mcp_family.taskfile import McpTask
 from mcp_rl.environments.mcp_family.tools import ToolSpec, cap_bytes
@@ -100,6 +101,15 @@ class ToolServer:
         except TimeoutError:
             text = f"Error: the tool {name} did not answer within {limits.call_timeout_s:g} s"
             return CallOutcome(text=text, is_error=True, full_bytes=len(text))
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                # The server died (or closed the session): not the model's error to see, the
+                # episode's end; an environment whose every episode ends so ends the run with it.
+                raise ToolServerError(
+                    f"the MCP server of {self.task.path.name} ended during the episode (calling {name}): {exc}"
+                ) from exc
+            text = f"Error: {type(exc).__name__}: {exc}"
+            return CallOutcome(text=cap_bytes(text, limits.output_bytes), is_error=True, full_bytes=len(text.encode()))
         except Exception as exc:  # an MCP error answer (bad arguments, unknown tool) is the model's to see
             text = f"Error: {type(exc).__name__}: {exc}"
             return CallOutcome(text=cap_bytes(text, limits.output_bytes), is_error=True, full_bytes=len(text.encode()))
