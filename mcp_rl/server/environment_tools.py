@@ -21,7 +21,7 @@ from mcp_rl.environments.child import end_orphans
 from mcp_rl.environments.discovery import DuplicateName, EnvironmentInfo, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.mcp_family.taskfile import TASK_FILE_SUFFIX as MCP_TASK_SUFFIX
-from mcp_rl.environments.scaffold import NewEnvironment, new_task_file
+from mcp_rl.environments.scaffold import McpServerGiven, NewEnvironment, new_mcp_task_file, new_task_file
 from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.environments.validate import ValidationReport, validate, validate_mcp_task
 from mcp_rl.errors import DamagedState, McpRlError, UserError, clip_message
@@ -385,8 +385,29 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 "(default: the first MCP_RL_ENV_PATHS folder, else $MCP_RL_HOME/envs, which is always searched)."
             ),
         ] = None,
+        mcp_command: Annotated[
+            list[str] | None,
+            Field(
+                description="Teach a model to use an MCP server: its stdio command line, e.g. "
+                "['npx', '-y', '@modelcontextprotocol/server-memory']; writes NAME.mcp.yaml and NAME.scenarios.jsonl."
+            ),
+        ] = None,
+        mcp_url: Annotated[
+            str | None, Field(description="Or a Streamable HTTP MCP server's endpoint (instead of mcp_command).")
+        ] = None,
+        mcp_env_vars: Annotated[
+            list[str] | None,
+            Field(description="Names of the variables the stdio server may receive (it gets no others)."),
+        ] = None,
+        mcp_auth_env_var: Annotated[
+            str | None, Field(description="The variable whose value is the HTTP server's bearer token.")
+        ] = None,
     ) -> NewEnvironment:
         """Start a new task of your own: write a complete, working task file to edit.
+
+        With mcp_command or mcp_url: an MCP task file instead (NAME.mcp.yaml: the server, the
+        scenarios file, the reward, the allowed tools, the limits) and NAME.scenarios.jsonl with
+        example lines to replace; the bundled 'mcp' environment trains it (set its task_file).
 
         Use this when the user's task is not among rl_list_environments' entries. The file uses
         mcp-rl's task interface (mcp_rl.task): seeded training and held-out items, the chat for an
@@ -399,6 +420,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         (base -> trained with a paired test). Never overwrites: an existing file is refused.
         Answers with the path, what to edit, and the next calls (validate, select, smoke-test, train).
         """
+        if mcp_command or mcp_url or mcp_env_vars or mcp_auth_env_var:
+            given = McpServerGiven(
+                command=mcp_command, url=mcp_url, env_vars=mcp_env_vars or [], auth_env_var=mcp_auth_env_var
+            )
+            return await anyio.to_thread.run_sync(new_mcp_task_file, state.settings, name, given, folder)
         return await anyio.to_thread.run_sync(new_task_file, state.settings, name, folder)
 
     @mcp.tool(title="Validate a task or environment", annotations=VALIDATES)
