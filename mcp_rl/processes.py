@@ -239,6 +239,24 @@ def is_alive(pid: int | None, create_time: float | None) -> bool:
         return False
 
 
+def count_descendants(pid: int | None) -> int | None:
+    """How many live processes descend from `pid` (None: it is gone). Read-only."""
+    if not pid or pid <= 1:
+        return None
+    try:
+        under = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return None
+    return sum(1 for p in under if _running(p))
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def exit_description(code: int | None) -> str:
     if code is None:
         return "exit code unknown"

@@ -19,11 +19,14 @@ import ast
 import os
 import re
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
+
+from mcp_rl.environments.mcp_family.taskfile import named_variables
 
 BASE_CLASS = "BaseEnv"
 # atroposlib's own BaseEnv subclasses that environments derive from (the later upstream
@@ -189,16 +192,23 @@ def _env_vars_attribute(cls: ast.ClassDef) -> list[str]:
     return []
 
 
-def declared_env_vars(file_path: Path, class_name: str) -> list[str]:
-    """The `env_vars` class `class_name` of `file_path` names (empty when none, or unreadable)."""
+def declared_env_vars(file_path: Path, class_name: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
+    """The `env_vars` class `class_name` of `file_path` names (empty when none, or unreadable),
+    plus, when its config (`env_config`) points `task_file` at an MCP task file, the variables
+    that file names for its server: the environment process must hold them to pass them on."""
+    names: list[str] = []
     try:
         tree = ast.parse(Path(file_path).read_bytes(), filename=str(file_path))
     except (OSError, SyntaxError, ValueError):
-        return []
-    for node in tree.body:
+        tree = None
+    for node in tree.body if tree is not None else []:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return _env_vars_attribute(node)
-    return []
+            names = _env_vars_attribute(node)
+            break
+    task_file = (env_config or {}).get("task_file")
+    if isinstance(task_file, str) and task_file.endswith(".mcp.yaml"):
+        names += [n for n in named_variables(task_file) if n not in names]
+    return names
 
 
 def top_level_imports(tree: ast.Module) -> list[str]:

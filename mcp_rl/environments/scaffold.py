@@ -16,6 +16,7 @@ linked into place).
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl.environments.discovery import scan
+from mcp_rl.environments.mcp_family.taskfile import TASK_FILE_SUFFIX, TaskFileError, load
 from mcp_rl.errors import UserError, clip
 from mcp_rl.paths import normal_path
 from mcp_rl.settings import Settings
@@ -201,4 +203,119 @@ def new_task_file(settings: Settings, name: str, folder: str | Path | None = Non
             "rl_start_training(); then rl_check_status shows held_out: base -> trained with the paired test",
         ],
         notes=notes,
+    )
+
+
+MCP_TASK_TEMPLATE = """\
+# An MCP server as a training environment: the policy learns to use its tools.
+# Train it: rl_select_environment('mcp'), rl_edit_config(field='task_file', value='{path}').
+name: {name}
+server:
+{server}
+scenarios: {scenarios}               # one JSON object a line: {{"prompt": ..., "answer": ...}}
+held_out_fraction: 0.2                # split by each prompt's hash: held-out never trains
+reward:
+  kind: normalised                    # exact | normalised | check
+  # kind: check                       # your own reward, from the answer and every call made:
+  # check: |
+  #   def check(answer, trace):       # trace: [{{"name", "arguments", "result", "is_error"}}, ...]
+  #       return 1.0 if trace and not trace[-1]["is_error"] else 0.0
+# tools: [tool_a, tool_b]             # offered by name; default: every tool that does not declare
+                                      # destructiveHint or openWorldHint
+limits: {{max_turns: 6, max_tool_calls: 8, call_timeout_s: 10, output_bytes: 2000, max_tokens_per_turn: 128,
+         episode_timeout_s: 120}}
+# system_prompt: You answer with the tools' help.
+# first_turn_prefill: '<tool_call>{{"name": "TOOL", "arguments": {{"'   # small models: start with a call
+"""
+EXAMPLE_SCENARIOS = 6
+
+
+class McpServerGiven(BaseModel):
+    """Where an MCP task's tools are: a stdio command or a Streamable HTTP URL."""
+
+    command: list[str] | None = None
+    url: str | None = None
+    env_vars: list[str] = []
+    auth_env_var: str | None = None
+
+
+def mcp_task_text(name: str, server: McpServerGiven, scenarios: str, path: Path) -> str:
+    lines: list[str] = []
+    if server.command:
+        lines.append(f"  command: {json.dumps(server.command[0])}")
+        lines.append(f"  args: {json.dumps(server.command[1:])}")
+        lines.append(f"  env_vars: {json.dumps(server.env_vars)}        # the only variables it receives")
+    else:
+        lines.append(f"  url: {json.dumps(server.url)}")
+        if server.auth_env_var:
+            lines.append(f"  auth_env_var: {json.dumps(server.auth_env_var)}   # sent as a bearer token")
+    return MCP_TASK_TEMPLATE.format(name=name, server="\n".join(lines), scenarios=scenarios, path=path)
+
+
+def new_mcp_task_file(
+    settings: Settings, name: str, server: McpServerGiven, folder: str | Path | None = None
+) -> NewEnvironment:
+    """Write NAME.mcp.yaml (an MCP server's task file) and NAME.scenarios.jsonl (example lines to
+    replace) into `folder`; UserError (nothing written) for a bad name, server or folder, or when
+    either file exists. The task file is checked by loading it before the answer."""
+    name = (name or "").strip() if isinstance(name, str) else ""
+    if not NAME.match(name):
+        raise UserError(
+            f"name {clip(name)} is not usable: give a lowercase identifier (letters, digits, underscores; starts "
+            "with a letter; at most 48 characters), e.g. 'memory_recall'. Nothing was written."
+        )
+    if bool(server.command) == bool(server.url):
+        raise UserError(
+            "give exactly one of mcp_command (a stdio server's command line, e.g. ['npx', '-y', "
+            "'@modelcontextprotocol/server-memory']) and mcp_url (a Streamable HTTP endpoint). Nothing was written."
+        )
+    target = _folder(settings, folder)
+    path, scenarios = target / f"{name}{TASK_FILE_SUFFIX}", target / f"{name}.scenarios.jsonl"
+    for existing in (path, scenarios):
+        if existing.exists():
+            raise UserError(f"{existing} exists: nothing was written. Pick another name, or edit that file.")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"folder {clip(str(target))} cannot be created: {exc.strerror or exc}. Nothing was written."
+        ) from None
+    examples = "".join(
+        json.dumps(
+            {"prompt": f"(example {i}: replace with a question the server's tools answer)", "answer": f"answer {i}"}
+        )
+        + "\n"
+        for i in range(1, EXAMPLE_SCENARIOS + 1)
+    )
+    written: list[Path] = []
+    try:
+        for file, text in ((scenarios, examples), (path, mcp_task_text(name, server, scenarios.name, path))):
+            with open(file, "x", encoding="utf-8") as fh:  # "x": never replaces a file
+                fh.write(text)
+            written.append(file)
+        load(path)
+    except (TaskFileError, FileExistsError) as exc:
+        for file in written:
+            file.unlink(missing_ok=True)
+        raise UserError(f"the MCP task file could not be written: {exc}. Nothing was written.") from None
+    return NewEnvironment(
+        name=name,
+        path=str(path.resolve()),
+        folder=str(target.resolve()),
+        searched=False,
+        edit=[
+            f"{scenarios.name}: your scenarios, one {{'prompt', 'answer'}} a line (or rl_generate_mcp_scenarios "
+            "writes some from the server's tools with a hosted model, priced first)",
+            "reward: normalised/exact against each answer, or kind: check with Python check(answer, trace)",
+            "tools: the tools to offer by name (those declaring destructiveHint or openWorldHint only when named)",
+            "limits: turns, tool calls, seconds per call and per episode, output bytes, tokens per turn",
+        ],
+        next_calls=[
+            f"rl_validate_environment(name='{path.resolve()}'): the server starts, its tools render, answers score",
+            "rl_select_environment(name='mcp')",
+            f"rl_edit_config(field='task_file', value='{path.resolve()}')",
+            "rl_test_inference() to smoke-test it (tool-call validity, calls per episode, success)",
+            "rl_start_training()",
+        ],
+        notes=["An MCP task file is not listed by rl_list_environments: the 'mcp' environment trains it."],
     )

@@ -26,6 +26,7 @@ from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_child
 from mcp_rl.environments.degenerate_probes import CREDIT_SHARE, MEAN_SHARE
 from mcp_rl.environments.discovery import EnvironmentInfo
+from mcp_rl.environments.mcp_family.taskfile import named_variables
 from mcp_rl.errors import UserError
 from mcp_rl.models import default_model_dir, is_hf_model_dir
 from mcp_rl.settings import Settings
@@ -72,6 +73,11 @@ class ValidationReport(BaseModel):
         description="An Atropos environment run against the local base model: setup/items/group/evaluate seconds, "
         "the group's scores, and what evaluate() reported (metric, score, source).",
     )
+    mcp: dict[str, Any] | None = Field(
+        None,
+        description="An MCP task file: the tools the server listed, those offered to the policy, those withheld "
+        "for a destructiveHint/openWorldHint, how the tools render for the base model, the server's seconds.",
+    )
     seconds: float
     validated_at: float
     next_step: str = ""
@@ -105,28 +111,78 @@ def validate(
     """Check `env` in a child process (mcp_rl.environments.child: own session, bounded output,
     deadline, `cancel`, nothing left behind) and record the report, scrubbed of every key
     (UserError when the child fails or is cancelled)."""
-    digest = file_digest(env.file_path)
     args = [str(env.file_path), env.class_name, str(env.project_root)]
     if env.preset:  # rg:letter_counting is the bundled reasoning-gym environment with datasets preset
         args += ["--preset", json.dumps(env.preset)]
     model = _base_model(settings) if sample else None
     if model is not None:
         args += ["--model", str(model), "--samples", str(SAMPLED_ITEMS)]
-    began = time.monotonic()
-    done = run_child(
+    return _checked(
         settings,
         "mcp_rl.environments.validate_child",
         args,
-        env=settings.user_code_env(env.env_vars),
-        timeout_s=timeout_s,
-        what=f"validating {env.name}",
-        cancel=cancel,
+        env.select_name or env.name,
+        env.file_path,
+        settings.user_code_env(env.env_vars),
+        timeout_s,
+        cancel,
+    )
+
+
+def validate_mcp_task(
+    settings: Settings,
+    task_file: Path,
+    sample: bool = True,
+    timeout_s: float = TIMEOUT_S,
+    cancel: threading.Event | None = None,
+) -> ValidationReport:
+    """Check an MCP task file (`*.mcp.yaml`) in a child process
+    (mcp_rl.environments.mcp_family.validate): it loads, its server starts (with exactly the
+    variables the file names) and lists its tools, the allowed tools render (through the local
+    base model's chat template when `sample` and the model is here), each reference answer
+    scores. Recorded like an environment's validation, under the task file."""
+    task_file = Path(task_file).expanduser().resolve()
+    if not task_file.is_file():
+        raise UserError(f"MCP task file {task_file} does not exist: give the path of an existing *.mcp.yaml file.")
+    args = [str(task_file)]
+    model = _base_model(settings) if sample else None
+    if model is not None:
+        args += ["--tokenizer", str(model)]
+    return _checked(
+        settings,
+        "mcp_rl.environments.mcp_family.validate",
+        args,
+        task_file.name,
+        task_file,
+        settings.user_code_env(named_variables(task_file)),
+        timeout_s,
+        cancel,
+        next_ok=f"set task_file to {task_file} on the selected 'mcp' environment, then rl_test_inference to "
+        "smoke-test it",
+    )
+
+
+def _checked(
+    settings: Settings,
+    module: str,
+    args: list[str],
+    name: str,
+    file_path: Path,
+    child_env: dict[str, str],
+    timeout_s: float,
+    cancel: threading.Event | None,
+    next_ok: str | None = None,
+) -> ValidationReport:
+    digest = file_digest(file_path)
+    began = time.monotonic()
+    done = run_child(
+        settings, module, args, env=child_env, timeout_s=timeout_s, what=f"validating {name}", cancel=cancel
     )
     if done.cancelled:
-        raise UserError(f"Validating {env.name} was cancelled (its process and all it started were ended).")
+        raise UserError(f"Validating {name} was cancelled (its process and all it started were ended).")
     if done.timed_out:
         raise UserError(
-            f"Validating {env.name} took over {timeout_s:g} s and was stopped: check that its items are quick to "
+            f"Validating {name} took over {timeout_s:g} s and was stopped: check that its items are quick to "
             "make and that nothing at import time waits (network, input)."
         )
     data = done.report
@@ -134,14 +190,14 @@ def validate(
         why = done.report_error or "it sent no report"
         tail = done.stderr.last_lines(1) or done.stdout.last_lines(1) or ["no output"]
         raise UserError(
-            f"Validating {env.name} failed before it could report ({why}; exit {done.returncode}): "
+            f"Validating {name} failed before it could report ({why}; exit {done.returncode}): "
             f"{redact.scrub(tail[-1])[:300]}"
         )
     data = redact.scrub_json(data)
     ok = bool(data.get("ok"))
     report = ValidationReport(
-        environment=env.select_name or env.name,
-        file_path=str(env.file_path),
+        environment=name,
+        file_path=str(file_path),
         file_sha256=digest,
         ok=ok,
         kind=data.get("kind"),
@@ -153,15 +209,17 @@ def validate(
         degenerate_replies=data.get("degenerate_replies") or (data.get("atropos") or {}).get("degenerate_replies"),
         base_model=data.get("base_model"),
         atropos=data.get("atropos"),
+        mcp=data.get("mcp"),
         seconds=round(time.monotonic() - began, 2),
         validated_at=time.time(),
         next_step=(
-            f"rl_select_environment('{env.select_name or env.name}'), then rl_test_inference to smoke-test it"
+            (next_ok or f"rl_select_environment('{name}'), then rl_test_inference to smoke-test it")
             if ok
-            else f"Fix the problems in {env.file_path} (each names its line), then call rl_validate_environment again."
+            else f"Fix the problems in {file_path} (each names its line or field), then call rl_validate_environment "
+            "again."
         ),
     )
-    path = record_path(settings, env.file_path)
+    path = record_path(settings, file_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, report.model_dump_json(indent=1))
     return report

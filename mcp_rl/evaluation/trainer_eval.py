@@ -175,7 +175,8 @@ class HeldOutEvaluator:
                 # run's) and what it names; none of the trainer's keys but OpenRouter's for an MCP
                 # task with a paid judge (its held-out episodes are judged)
                 child_env=Settings.from_env().user_code_env(
-                    declared_env_vars(ref.file_path, ref.class_name) + keys_needed(self.config.env.get("task_file")),
+                    declared_env_vars(ref.file_path, ref.class_name, self.config.env)
+                    + keys_needed(self.config.env.get("task_file")),
                     MCP_RL_JUDGE_SPEND_FILE=str(self.run_dir / JUDGE_SPEND_FILE),
                 ),
                 timeout_s=DEFAULT_TIMEOUT_S,

@@ -283,7 +283,7 @@ class EvalWorker:
                 # the environment's own code: the allow-list and what it names, no key of ours but
                 # OpenRouter's for an MCP task with a paid judge (its held-out episodes are judged)
                 child_env=self.settings.user_code_env(
-                    declared_env_vars(env.file_path, env.class_name)
+                    declared_env_vars(env.file_path, env.class_name, self.spec.env_config)
                     + keys_needed(self.spec.env_config.get("task_file"))
                 ),
                 model_name=model.id,

@@ -167,6 +167,12 @@ class ModelResult(BaseModel):
     zero_variance_steps: int = Field(default=0, description="Groups whose scores are all equal (no GRPO signal).")
     unreadable_lines: int = 0
     samples: list[RolloutSample] = []
+    tool_use: dict[str, float | int] | None = Field(
+        default=None,
+        description="An MCP task's episodes: episodes, tool calls per episode, tool-call validity (share of calls "
+        "well-formed and naming an offered tool), tool errors per episode, share ended by an answer, success "
+        "(share with reward 1).",
+    )
 
     usage: ModelUsage | None = Field(
         default=None, description="Requests, tokens and cost of this model (remote and local)."

@@ -140,6 +140,30 @@ def _pick_samples(groups: Sequence[dict[str, Any]]) -> list[RolloutSample]:
     return (picked + others)[:SAMPLES]
 
 
+def tool_use(groups: Sequence[dict[str, Any]]) -> dict[str, float | int] | None:
+    """What an MCP task's episodes say of the model's tool use (each group's `overrides`, one
+    `{"mcp": {...}}` per episode: mcp_rl.environments.mcp_family.chat_episode.episode_facts)."""
+    facts = [
+        o["mcp"]
+        for g in groups
+        for o in (g.get("overrides") or [])
+        if isinstance(o, dict) and isinstance(o.get("mcp"), dict)
+    ]
+    if not facts:
+        return None
+    n = len(facts)
+    calls = sum(int(f.get("tool_calls") or 0) for f in facts)
+    malformed = sum(int(f.get("malformed_calls") or 0) for f in facts)
+    return {
+        "episodes": n,
+        "tool_calls_per_episode": round(calls / n, 3),
+        "tool_call_validity": round(1.0 - malformed / calls, 4) if calls else 1.0,
+        "tool_errors_per_episode": round(sum(int(f.get("tool_errors") or 0) for f in facts) / n, 3),
+        "answered": round(sum(1 for f in facts if f.get("end") == "answer") / n, 4),
+        "success": round(sum(1 for f in facts if float(f.get("reward") or 0.0) >= 1.0) / n, 4),
+    }
+
+
 def score_groups(result: ModelResult, groups: Sequence[dict[str, Any]], unreadable: int = 0) -> ModelResult:
     """`result` with its score fields filled from the groups (correct means score > 0)."""
     steps: list[StepResult] = []
@@ -167,6 +191,7 @@ def score_groups(result: ModelResult, groups: Sequence[dict[str, Any]], unreadab
         "zero_variance_steps": sum(1 for s in steps if len(set(s.scores)) <= 1),
         "unreadable_lines": unreadable,
         "samples": _pick_samples(groups),
+        "tool_use": tool_use(groups),
     }
     if total:
         mean = sum(all_scores) / total

@@ -475,7 +475,9 @@ class TestWorker:
             child_env(
                 self.settings,
                 self.gateway.token,
-                declared_env_vars(self.spec.environment.file_path, self.spec.environment.class_name),
+                declared_env_vars(
+                    self.spec.environment.file_path, self.spec.environment.class_name, self.spec.env_config
+                ),
             ),
             cwd=run.folder,
         )

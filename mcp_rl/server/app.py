@@ -70,6 +70,7 @@ def register_surface(mcp: RlServer, settings: Settings, bus: InMemorySubscriptio
         log_events,
         prompts,
         results_tools,
+        scenario_tools,
         smoke_test_tools,
         training_tools,
         weights_tools,
@@ -87,6 +88,7 @@ def register_surface(mcp: RlServer, settings: Settings, bus: InMemorySubscriptio
         results_tools,
         evaluation_tools,
         weights_tools,
+        scenario_tools,
     ):
         module.register(mcp, state)
     # Run and smoke-test events as log messages for clients that set a level (logging capability).

@@ -20,9 +20,10 @@ from mcp_rl.costs.training import cost_preview
 from mcp_rl.environments.child import end_orphans
 from mcp_rl.environments.discovery import DuplicateName, EnvironmentInfo, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
-from mcp_rl.environments.scaffold import NewEnvironment, new_task_file
+from mcp_rl.environments.mcp_family.taskfile import TASK_FILE_SUFFIX as MCP_TASK_SUFFIX
+from mcp_rl.environments.scaffold import McpServerGiven, NewEnvironment, new_mcp_task_file, new_task_file
 from mcp_rl.environments.service import EnvironmentService, SelectResult
-from mcp_rl.environments.validate import ValidationReport, validate
+from mcp_rl.environments.validate import ValidationReport, validate, validate_mcp_task
 from mcp_rl.errors import DamagedState, McpRlError, UserError, clip_message
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within, wait_job
 from mcp_rl.server.errors import resource_errors, tool_errors
@@ -40,6 +41,7 @@ EditValue = Annotated[
     WithJsonSchema(TypeAdapter(Scalar | list[Scalar] | None).json_schema()),
 ]
 
+MCP_ENV_CLASS = "McpEnv"  # the bundled environment that plays MCP task files
 log = logging.getLogger(__name__)
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -185,6 +187,28 @@ def _validated(settings: Settings, env: EnvironmentInfo, sample: bool, cancel: t
             "output (print() at import, in a method or at exit): print to stderr or log instead, then call "
             f"rl_validate_environment({env.name!r}) again."
         ) from None
+
+
+def _mcp_task_file(service: EnvironmentService, name: str) -> tuple[Path | None, EnvironmentInfo | None]:
+    """What `name` asks to validate: an MCP task file (given by its path, or the `task_file` set on
+    the selected MCP environment) or an environment."""
+    if name.endswith(MCP_TASK_SUFFIX):
+        return Path(name).expanduser().resolve(), None
+    env = service.get(name)
+    if env.class_name != MCP_ENV_CLASS:
+        return None, env
+    try:
+        session, _ = service.selected()
+    except UserError:
+        session = None
+    chosen = session.edits.get("task_file") if session and session.environment else None
+    if not chosen or session is None or session.environment is None or session.environment.file_path != env.file_path:
+        raise UserError(
+            f"{name} trains on an MCP task file: pass its path, rl_validate_environment('path/to/task.mcp.yaml'), "
+            f"or select {name} and set it first (rl_edit_config field task_file)."
+        )
+    path = Path(str(chosen)).expanduser()
+    return (path if path.is_absolute() else env.project_root / path).resolve(), env
 
 
 def _gem_summary(gem: GemCatalog) -> GemSummary:
@@ -361,8 +385,29 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 "(default: the first MCP_RL_ENV_PATHS folder, else $MCP_RL_HOME/envs, which is always searched)."
             ),
         ] = None,
+        mcp_command: Annotated[
+            list[str] | None,
+            Field(
+                description="Teach a model to use an MCP server: its stdio command line, e.g. "
+                "['npx', '-y', '@modelcontextprotocol/server-memory']; writes NAME.mcp.yaml and NAME.scenarios.jsonl."
+            ),
+        ] = None,
+        mcp_url: Annotated[
+            str | None, Field(description="Or a Streamable HTTP MCP server's endpoint (instead of mcp_command).")
+        ] = None,
+        mcp_env_vars: Annotated[
+            list[str] | None,
+            Field(description="Names of the variables the stdio server may receive (it gets no others)."),
+        ] = None,
+        mcp_auth_env_var: Annotated[
+            str | None, Field(description="The variable whose value is the HTTP server's bearer token.")
+        ] = None,
     ) -> NewEnvironment:
         """Start a new task of your own: write a complete, working task file to edit.
+
+        With mcp_command or mcp_url: an MCP task file instead (NAME.mcp.yaml: the server, the
+        scenarios file, the reward, the allowed tools, the limits) and NAME.scenarios.jsonl with
+        example lines to replace; the bundled 'mcp' environment trains it (set its task_file).
 
         Use this when the user's task is not among rl_list_environments' entries. The file uses
         mcp-rl's task interface (mcp_rl.task): seeded training and held-out items, the chat for an
@@ -375,13 +420,21 @@ def register(mcp: MCPServer, state: AppState) -> None:
         (base -> trained with a paired test). Never overwrites: an existing file is refused.
         Answers with the path, what to edit, and the next calls (validate, select, smoke-test, train).
         """
+        if mcp_command or mcp_url or mcp_env_vars or mcp_auth_env_var:
+            given = McpServerGiven(
+                command=mcp_command, url=mcp_url, env_vars=mcp_env_vars or [], auth_env_var=mcp_auth_env_var
+            )
+            return await anyio.to_thread.run_sync(new_mcp_task_file, state.settings, name, given, folder)
         return await anyio.to_thread.run_sync(new_task_file, state.settings, name, folder)
 
     @mcp.tool(title="Validate a task or environment", annotations=VALIDATES)
     @tool_errors
     async def rl_validate_environment(
         ctx: Context,
-        name: Annotated[str, Field(description="Environment or task name from rl_list_environments.")],
+        name: Annotated[
+            str,
+            Field(description="Environment or task name from rl_list_environments, or an MCP task file's path."),
+        ],
         sample_base_model: Annotated[
             bool,
             Field(description="Also score a few answers the local base model samples (free; adds ~10-30 s)."),
@@ -392,6 +445,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ] = False,
     ) -> ValidateAnswer:
         """Check a task (or environment) file before any run, in a child process; free (no paid call).
+
+        An MCP task file (`name` is its path, `*.mcp.yaml`, or the `mcp` environment with task_file
+        set): it loads (a bad field is named), its server starts with exactly the variables the
+        file names and lists its tools, the allowed tools exist and render for the base model (chat
+        template or fallback), each scenario's reward runs on its reference answer (problems name
+        the scenario's line); tools withheld for destructiveHint/openWorldHint are listed (report.mcp).
 
         For a task (mcp_rl.task): builds its training and held-out items, checks that no held-out
         prompt is a training prompt, scores the reference answers (they must get the top of
@@ -409,19 +468,24 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """
         budget = CallBudget(budget_s)
         progress = Progress(ctx, budget)
-        env = await anyio.to_thread.run_sync(service.get, name)
-        keys = {flag: f"validate:{env.file_path}:{env.class_name}:{flag}" for flag in (True, False)}
+        task_file, env = await anyio.to_thread.run_sync(_mcp_task_file, service, name)
+        if task_file is not None:
+            keys = {flag: f"validate:{task_file}:mcp:{flag}" for flag in (True, False)}
+        else:
+            assert env is not None
+            keys = {flag: f"validate:{env.file_path}:{env.class_name}:{flag}" for flag in (True, False)}
         if cancel:
             return await _cancel_validation(jobs, [keys[True], keys[False]], name, budget)
         cancel_event = threading.Event()
+
+        def check() -> ValidationReport:
+            if task_file is not None:
+                return validate_mcp_task(state.settings, task_file, sample_base_model, cancel=cancel_event)
+            assert env is not None
+            return _validated(state.settings, env, sample_base_model, cancel_event)
+
         done, report, job = await run_within(
-            jobs,
-            keys[sample_base_model],
-            f"validating {name}",
-            lambda: _validated(state.settings, env, sample_base_model, cancel_event),
-            budget,
-            progress,
-            cancel=cancel_event,
+            jobs, keys[sample_base_model], f"validating {name}", check, budget, progress, cancel=cancel_event
         )
         if not done:
             return ValidateAnswer(

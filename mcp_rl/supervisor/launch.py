@@ -51,7 +51,7 @@ def build_specs(config: RunConfig, config_path: Path, settings: Settings, policy
     trainer_env = _tinker_env(config, settings, env) if config.trainer.backend == "tinker" else env
     # The environment runs the user's code: the allow-list and the variables it names, no key of
     # ours but W&B's when the run logs to W&B (Atropos logs the environment's rollouts from there).
-    named = declared_env_vars(config.environment.file_path, config.environment.class_name)
+    named = declared_env_vars(config.environment.file_path, config.environment.class_name, config.env)
     if config.trainer.wandb.enabled:
         named.append("WANDB_API_KEY")
     # An MCP task with a paid judge calls OpenRouter from the environment process (never from the

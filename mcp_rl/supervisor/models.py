@@ -45,6 +45,11 @@ class ProcessStatus(BaseModel):
     port: int | None = None
     exit_code: int | None = None
     alive: bool = False
+    descendants: int | None = Field(
+        None,
+        description="Live processes it started, counted while it runs (an MCP environment's server processes, "
+        "one per episode in play); the run's stop ends them with it.",
+    )
 
 
 class RunMetrics(BaseModel):

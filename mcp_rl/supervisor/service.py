@@ -498,7 +498,13 @@ def _process_status(proc: ProcessRecord | None) -> ProcessStatus:
         text = f"{proc.state} ({proc.exit_code})" if proc.exit_code is not None else str(proc.state)
     alive = proc.state in (ProcState.STARTING, ProcState.RUNNING) and processes.is_alive(proc.pid, proc.create_time)
     return ProcessStatus(
-        state=proc.state, status=text, pid=proc.pid, port=proc.port, exit_code=proc.exit_code, alive=alive
+        state=proc.state,
+        status=text,
+        pid=proc.pid,
+        port=proc.port,
+        exit_code=proc.exit_code,
+        alive=alive,
+        descendants=processes.count_descendants(proc.pid) if alive else None,
     )
 
 

@@ -10,6 +10,7 @@ real openai client. What it does, as OpenRouter does (reference/services.md):
 - Errors are JSON bodies `{"error": {"message", "code"}}`: 401 for a key other than `api_key`
   (when set), 400 "... is not a valid model ID" for an id outside `catalog`, and per behaviour
   402 / 429 with `Retry-After` / 500.
+- Chat requests with `tools` get `tool_calls` from `tool_responder` when one is given.
 - `GET /api/v1/models` lists `catalog`; `GET /api/v1/key` answers 200 for the right key, else 401.
 
 Behaviours per model id:
@@ -114,6 +115,9 @@ class FakeOpenRouter:
     # from the list price: a test can tell the reported cost from one computed from the price).
     reported_cost_factor: float = 1.0
     retry_after_s: float = 1.0
+    # Chat requests that offer `tools`: (model, body, index) -> {"content", "tool_calls"} (the
+    # OpenAI format); None: such requests are answered by `responder` like any other.
+    tool_responder: Callable[[str, dict[str, Any], int], dict[str, Any]] | None = None
     # Called with each request before answering (e.g. to look at the process table meanwhile).
     on_request: Callable[[RecordedRequest], None] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
@@ -297,6 +301,13 @@ class FakeOpenRouter:
                         for tok in _tokens(content)
                     ]
                 }
+            if self.tool_responder is not None and body.get("tools"):
+                # The OpenAI tools API: the scripted reply may call the offered tools.
+                reply = self.tool_responder(model, body, index)
+                calls = reply.get("tool_calls") or []
+                message.update(content=reply.get("content") or "", tool_calls=calls or None)
+                choice["finish_reason"] = "tool_calls" if calls else "stop"
+                content = (reply.get("content") or "") + json.dumps(calls)
             choices.append(choice)
             reasoning_tokens += spent
             completion_tokens += spent + (len(_tokens(content)) if content else 0)

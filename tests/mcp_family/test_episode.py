@@ -226,11 +226,11 @@ def test_the_validator_reports_a_good_task_and_each_problem(tmp_path: Path) -> N
     raising = "reward: {kind: check, check: \"def check(answer, trace): return 1 / (answer != 'Lima')\"}\n"
     bad = anyio.run(validate, load(write_task(tmp_path, extra=raising)))
     # Only the two Lima scenarios (lines 3 and 7) make this check raise.
-    assert [p.split(": the reward raised")[0] for p in bad.problems] == ["capitals.jsonl:3", "capitals.jsonl:7"]
+    assert [p.message.split(": the reward raised")[0] for p in bad.problems] == ["capitals.jsonl:3", "capitals.jsonl:7"]
     path = write_task(tmp_path)
     path.write_text(path.read_text().replace(str(TINY_SERVER), str(tmp_path / "gone.py")))
     broken = anyio.run(validate, load(path))
-    assert not broken.ok and "failed to start" in broken.problems[0]
+    assert not broken.ok and "failed to start" in broken.problems[0].message
 
 
 def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:
@@ -268,3 +268,13 @@ def test_an_episode_against_a_streamable_http_server(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_server_that_dies_mid_episode_ends_the_episode_with_its_cause(tmp_path: Path) -> None:
+    # Not a tool error for the model to read: the episode cannot go on (and a group of them fails).
+    task = load(write_task(tmp_path, extra="tools: [capital, crash]\n"))
+    tokenizer = CharTokenizer(SMOL_TEMPLATE)
+    policy = ScriptedPolicy(tokenizer, [call("capital", country="Peru"), call("crash"), "Lima"])
+    with pytest.raises(ToolServerError, match="ended during the episode \\(calling crash\\)"):
+        anyio.run(lambda: run_episode(task, task.train[0], tokenizer, policy))
+    assert _servers_alive() == []

@@ -25,18 +25,20 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
+from mcp_rl.environments.mcp_family.chat_episode import ChatTurn, episode_facts, run_chat_episode
 from mcp_rl.environments.mcp_family.episode import EndReason, Sample, Trajectory, run_episode, scored_group
 from mcp_rl.environments.mcp_family.judge import Judge, JudgeReply, JudgeUnavailable, OpenRouterJudge, SpendFile
 from mcp_rl.environments.mcp_family.taskfile import LOCAL_JUDGE, JudgeSpec, McpTask, Scenario, load
 from mcp_rl.scored_data import groups_already_trained
 
 log = logging.getLogger("mcp_rl.mcp_env")
+LOCAL_MODEL_NAME = "local"  # the smoke test's name for the local model (mcp_rl.inference_test.runner)
 
 
 class McpEnvConfig(BaseEnvConfig):
@@ -48,6 +50,12 @@ class McpEnvConfig(BaseEnvConfig):
         0, ge=0, le=100_000, description="Held-out scenarios each evaluation plays (0: all of them)."
     )
     seed: int = Field(0, ge=0, description="Seed of the training order.")
+    tool_api: Literal["auto", "tools", "text"] = Field(
+        "auto",
+        description="How a text-only (OpenAI-type) server's model sees the tools in smoke tests: 'tools' the "
+        "OpenAI tools API (hosted models), 'text' the rendered prompt as a completion; 'auto': 'text' for the "
+        "local model, 'tools' otherwise. Training (a token server) always uses the rendered prompt.",
+    )
 
 
 @dataclass
@@ -183,7 +191,7 @@ class McpEnv(BaseEnv):
     # --- sampling ---------------------------------------------------------------------------
     def _policy(self, split: str) -> Any:
         temperature = 0.0 if split == "eval" else self.config.temperature
-        token_server = not any(isinstance(s, OpenAIServer) for s in self.server.servers)
+        token_server = not self._text_server()
 
         async def policy(tokens: list[int], max_tokens: int) -> Sample:
             if token_server:
@@ -204,24 +212,54 @@ class McpEnv(BaseEnv):
 
         return policy
 
+    def _text_server(self) -> bool:
+        return any(isinstance(s, OpenAIServer) for s in self.server.servers)
+
+    def _uses_tools_api(self) -> bool:
+        """Smoke tests of a hosted model: the OpenAI tools API (the local model has none)."""
+        if not self._text_server() or self.config.tool_api == "text":
+            return False
+        if self.config.tool_api == "tools":
+            return True
+        return all(s.config.model_name != LOCAL_MODEL_NAME for s in self.server.servers)
+
+    def _chat(self, split: str) -> Any:
+        temperature = 0.0 if split == "eval" else self.config.temperature
+        max_tokens = self._task().spec.limits.max_tokens_per_turn
+
+        async def chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ChatTurn:
+            completion = await self.server.chat_completion(
+                messages=messages, tools=tools, max_tokens=max_tokens, temperature=temperature, n=1, split=split
+            )
+            message = completion.choices[0].message
+            calls = [(c.id, c.function.name, c.function.arguments or "") for c in (message.tool_calls or [])]
+            return ChatTurn(message.content or "", calls)
+
+        return chat
+
     def _context(self) -> int:
         limit = self.config.max_token_length
         return min(limit, self.max_token_len) if self.max_token_len and self.max_token_len > 0 else limit
 
     async def _episodes(self, scenario: Scenario, count: int, split: str) -> list[Trajectory]:
         task = self._task()
-        policy = self._policy(split)
-        results = await asyncio.gather(
-            *(
+        if self._uses_tools_api():
+            chat = self._chat(split)
+            episodes = [run_chat_episode(task, scenario, chat) for _ in range(count)]
+        else:
+            policy = self._policy(split)
+            episodes = [
                 run_episode(task, scenario, self.tokenizer, policy, context_tokens=self._context())
                 for _ in range(count)
-            ),
-            return_exceptions=True,
-        )
+            ]
+        results = await asyncio.gather(*episodes, return_exceptions=True)
         played: list[Trajectory] = []
         errors: list[str] = []
         for result in results:
             if isinstance(result, Trajectory):
+                if not result.tokens:  # a chat episode: its text as the sequence Atropos writes
+                    text = "\n".join(str(m.get("content") or "") for m in result.messages)
+                    result.add(list(self.tokenizer.encode(text, add_special_tokens=False)), trained=True)
                 played.append(result)
             elif isinstance(result, Exception):
                 errors.append(f"{type(result).__name__}: {result}")
@@ -246,6 +284,8 @@ class McpEnv(BaseEnv):
         group = ScoredDataGroup(**scored_group(played))
         if verdict is not None:
             group["group_overrides"] = {"judge": verdict}
+        if self._text_server():  # a smoke test: each episode's tool use, for its report
+            group["overrides"] = [{"mcp": episode_facts(t)} for t in played]
         group["generation_params"] = {"temperature": self.config.temperature}
         if not self.config.include_messages:
             group["messages"] = None

@@ -15,13 +15,15 @@ from typing import Any
 
 import anyio
 import httpx2
+from mcp import MCPError
 from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import TextContent
+from mcp.types import CONNECTION_CLOSED, TextContent
 
 from mcp_rl.environments.mcp_family.taskfile import McpTask
 from mcp_rl.environments.mcp_family.tools import ToolSpec, cap_bytes
+from mcp_rl.processes import MARKER_ENV
 from mcp_rl.settings import SECRET_ENV_VARS
 
 # What any server program needs to start and find its runtime (node, python, locale).
@@ -31,12 +33,15 @@ SERVER_BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "USER
 
 def mcp_server_env(named: Iterable[str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of an MCP server the task runs: SERVER_BASE_ENV plus the names the task
-    lists; mcp-rl's keys (SECRET_ENV_VARS) never, even when a task names one.
+    lists (and the run's process marker); mcp-rl's keys (SECRET_ENV_VARS) never, even when a
+    task names one.
 
     It runs inside the environment process, whose own environment is already the user-code
     allow-list (`Settings.user_code_env`); this narrows it to what the server itself needs."""
     source = dict(os.environ) if base is None else dict(base)
-    wanted = set(SERVER_BASE_ENV) | set(named)
+    # The run's process marker too: the server starts its own session (the SDK's stdio client),
+    # so ending the run's process groups misses it; the marker is how the run's stop finds it.
+    wanted = set(SERVER_BASE_ENV) | set(named) | {MARKER_ENV}
     return {name: value for name, value in source.items() if name in wanted and name not in SECRET_ENV_VARS}
 
 
@@ -47,9 +52,7 @@ def offered_tools(tools: list[Any], allowed: list[str] | None) -> list[ToolSpec]
     if allowed is not None:
         missing = [n for n in allowed if n not in by_name]
         if missing:
-            raise ToolServerError(
-                f"the task allows tools the server does not have: {missing}; it has {sorted(by_name)}"
-            )
+            raise UnknownTools(f"the task allows tools the server does not have: {missing}; it has {sorted(by_name)}")
         chosen = [by_name[n] for n in allowed]
     else:
         chosen = [t for t in tools if not _risky(t)]
@@ -68,6 +71,10 @@ class ToolServerError(RuntimeError):
     """The server could not be started, listed or called; the episode (or the run) ends with it."""
 
 
+class UnknownTools(ToolServerError):
+    """The task allows tools (by name) the server does not have."""
+
+
 @dataclass
 class CallOutcome:
     text: str  # what the model sees (capped)
@@ -78,10 +85,13 @@ class CallOutcome:
 class ToolServer:
     """An open session: the offered tools and `call`."""
 
-    def __init__(self, session: ClientSession, tools: list[ToolSpec], task: McpTask) -> None:
+    def __init__(
+        self, session: ClientSession, tools: list[ToolSpec], task: McpTask, listed: list[Any] | None = None
+    ) -> None:
         self.session = session
         self.tools = tools
         self.task = task
+        self.listed = listed or []  # every tool the server listed (the SDK's Tool objects)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
         limits = self.task.spec.limits
@@ -91,6 +101,15 @@ class ToolServer:
         except TimeoutError:
             text = f"Error: the tool {name} did not answer within {limits.call_timeout_s:g} s"
             return CallOutcome(text=text, is_error=True, full_bytes=len(text))
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                # The server died (or closed the session): not the model's error to see, the
+                # episode's end; an environment whose every episode ends so ends the run with it.
+                raise ToolServerError(
+                    f"the MCP server of {self.task.path.name} ended during the episode (calling {name}): {exc}"
+                ) from exc
+            text = f"Error: {type(exc).__name__}: {exc}"
+            return CallOutcome(text=cap_bytes(text, limits.output_bytes), is_error=True, full_bytes=len(text.encode()))
         except Exception as exc:  # an MCP error answer (bad arguments, unknown tool) is the model's to see
             text = f"Error: {type(exc).__name__}: {exc}"
             return CallOutcome(text=cap_bytes(text, limits.output_bytes), is_error=True, full_bytes=len(text.encode()))
@@ -165,4 +184,4 @@ async def _session(task: McpTask, env: Mapping[str, str] | None) -> AsyncIterato
                 f"the MCP server of {task.path.name} failed to start: {type(exc).__name__}: {exc}"
             ) from exc
         tools = offered_tools(list(listed.tools), task.spec.tools)
-        yield ToolServer(session, tools, task)
+        yield ToolServer(session, tools, task, list(listed.tools))

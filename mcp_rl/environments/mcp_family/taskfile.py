@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mcp_rl.errors import UserError
+from mcp_rl.settings import SECRET_ENV_VARS
 
 TASK_FILE_SUFFIX = ".mcp.yaml"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -359,6 +360,21 @@ def load(path: str | Path) -> McpTask:
             "both must be non-empty (add scenarios or change held_out_fraction)"
         )
     return McpTask(path=path, spec=spec, train=train, held_out=held, check_fn=check_fn)
+
+
+def named_variables(task_file: str | Path) -> list[str]:
+    """The variables a task file names for its server (`server.env_vars`, `server.auth_env_var`),
+    read without loading its scenarios; [] when it cannot be read (loading it says why).
+
+    The environment process that plays the task must receive them (`Settings.user_code_env`) so
+    that the server it starts can; mcp-rl's own keys are left out (the server never gets them)."""
+    try:
+        raw = yaml.safe_load(Path(task_file).expanduser().read_text(encoding="utf-8"))
+        server = ServerSpec.model_validate(raw["server"])
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValidationError):
+        return []
+    names = [*server.env_vars, *([server.auth_env_var] if server.auth_env_var else [])]
+    return [n for n in dict.fromkeys(names) if n not in SECRET_ENV_VARS]
 
 
 def find_task_files(folders: Sequence[Path]) -> list[Path]:
