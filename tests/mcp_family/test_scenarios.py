@@ -16,8 +16,8 @@ from mcp_rl.environments.mcp_family import scenarios as generation
 from mcp_rl.environments.mcp_family.taskfile import load, read_scenarios
 from tests.conftest import stdio_params
 from tests.fakes.fake_openrouter import PRICE_PER_TOKEN_USD, FakeOpenRouter
-from tests.mcp_family.kit import write_task
 from tests.kit.mcp import ok
+from tests.mcp_family.kit import write_task
 
 MODEL = "openai/gpt-4o-mini"
 

@@ -14,8 +14,8 @@ from mcp_rl.environments.validate import validate_mcp_task, validation_for
 from mcp_rl.errors import UserError
 from mcp_rl.settings import SECRET_ENV_VARS, Settings, bundled_environments_dir
 from tests.conftest import make_env, stdio_params
-from tests.mcp_family.kit import TINY_SERVER, write_task
 from tests.kit.mcp import ok
+from tests.mcp_family.kit import TINY_SERVER, write_task
 
 # The check runs in the validator's child: it sees the variable only if the task's names reach it.
 NEEDS_VARIABLE = (
