@@ -17,6 +17,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -123,7 +124,7 @@ def validate(
         args,
         env.select_name or env.name,
         env.file_path,
-        settings.user_code_env(env.env_vars),
+        env.env_vars,
         timeout_s,
         cancel,
     )
@@ -154,7 +155,7 @@ def validate_mcp_task(
         args,
         task_file.name,
         task_file,
-        settings.user_code_env(named_variables(task_file)),
+        named_variables(task_file),
         timeout_s,
         cancel,
         next_ok=f"set task_file to {task_file} on the selected 'mcp' environment, then rl_test_inference to "
@@ -168,15 +169,16 @@ def _checked(
     args: list[str],
     name: str,
     file_path: Path,
-    child_env: dict[str, str],
+    named: Sequence[str],
     timeout_s: float,
     cancel: threading.Event | None,
     next_ok: str | None = None,
 ) -> ValidationReport:
     digest = file_digest(file_path)
     began = time.monotonic()
+    # user code: the allow-list plus exactly the variables it names
     done = run_child(
-        settings, module, args, env=child_env, timeout_s=timeout_s, what=f"validating {name}", cancel=cancel
+        settings, module, args, env=settings.user_code_env(list(named)), timeout_s=timeout_s, what=f"validating {name}", cancel=cancel
     )
     if done.cancelled:
         raise UserError(f"Validating {name} was cancelled (its process and all it started were ended).")
