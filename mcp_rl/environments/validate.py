@@ -16,8 +16,8 @@ import json
 import re
 import threading
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
