@@ -6,7 +6,7 @@ A subclass says only what it knows:
     messages(item)          the chat the model answers
     score(text, item)       the reward of one answer (a float)
     next_train_item()       the next training item (default: shuffled passes over
-                            `self.train_problems`, drawn with `self.order_rng`)
+                            `self.train_problems` in `self.order`, seeded by order_seed())
     eval_problems           the held-out items, never trained on (`held_out_items()` returns them)
     default_settings()      its config_init() values beside the shared local defaults
     reward_group(item)      (optional) the group a training reward is also reported under
@@ -28,14 +28,14 @@ Atropos environments conventionally leave for wandb_log (mcp_rl.environments.eva
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable
 from typing import Any
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, ScoredDataGroup
 
+from mcp_rl.environments.training_order import TrainingOrder
 from mcp_rl.models import default_model_dir
-from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB, groups_already_trained
+from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
 from mcp_rl.settings import Settings
 
 Item = Any
@@ -111,9 +111,7 @@ class SingleTurnEnv(BaseEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.train_problems: list[Item] = []
         self.eval_problems: list[Item] = []
-        self.order_rng = random.Random(self.order_seed())
-        self._order: list[int] = []
-        self._resume_skipped = False
+        self.order = TrainingOrder(self.order_seed())
         # Training rewards since the last wandb_log, by reward_group (None: no group).
         self._rewards: dict[str | None, list[float]] = {}
         self.eval_metrics: list[tuple[str, float]] = []
@@ -160,17 +158,11 @@ class SingleTurnEnv(BaseEnv):
     # --- items ------------------------------------------------------------------------------
     def next_train_item(self) -> Item:
         """A shuffled pass over the training items, then another."""
-        if not self._order:
-            self._order = list(range(len(self.train_problems)))
-            self.order_rng.shuffle(self._order)
-        return self.train_problems[self._order.pop()]
+        return self.train_problems[self.order.next_index(len(self.train_problems))]
 
     async def get_next_item(self) -> Item:
-        if not self._resume_skipped:
-            # A resumed run continues its data order: the items its trained steps used are skipped.
-            self._resume_skipped = True
-            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
-                self.next_train_item()
+        # A resumed run continues its data order: the items its trained steps used are skipped.
+        self.order.skip_trained(self.curr_step, self.config.batch_size, self.config.group_size, self.next_train_item)
         return await self.draw(self.next_train_item)
 
     async def draw(self, next_item: Callable[[], Item]) -> Item:

@@ -35,3 +35,16 @@ def test_groups_already_trained() -> None:
     assert groups_already_trained(0, 32, 4) == 0
     assert groups_already_trained(5, 32, 4) == 40
     assert groups_already_trained(5, -1, 4) == 0
+
+
+def test_the_shared_training_order_skips_the_trained_groups_once() -> None:
+    """The order the MCP environment draws its scenarios in too (environments/training_order.py)."""
+    from mcp_rl.environments.training_order import TrainingOrder
+
+    fresh = TrainingOrder(seed=7)
+    whole = [fresh.next_index(5) for _ in range(12)]
+    assert sorted(whole[:5]) == sorted(whole[5:10]) == [0, 1, 2, 3, 4]  # whole passes, each shuffled
+    resumed = TrainingOrder(seed=7)
+    for _ in range(2):  # only the first call skips
+        resumed.skip_trained(3, 8, 4, lambda: resumed.next_index(5))
+    assert [resumed.next_index(5) for _ in range(6)] == whole[6:]

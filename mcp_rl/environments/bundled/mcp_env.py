@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ from pydantic import Field
 
 from mcp_rl.environments.mcp_family.episode import EndReason, Sample, Trajectory, run_episode, scored_group
 from mcp_rl.environments.mcp_family.taskfile import McpTask, Scenario, load
-from mcp_rl.scored_data import groups_already_trained
+from mcp_rl.environments.training_order import TrainingOrder
 
 log = logging.getLogger("mcp_rl.mcp_env")
 
@@ -94,11 +93,9 @@ class McpEnv(BaseEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.config: McpEnvConfig = config
         self.task: McpTask | None = None
-        self._rng = random.Random(config.seed)
-        self._order: list[int] = []
+        self._order = TrainingOrder(config.seed)
         self._counters = Counters()
         self._eval_metrics: dict[str, float] = {}
-        self._resume_skipped = False
 
     @classmethod
     def config_init(cls) -> tuple[McpEnvConfig, list[APIServerConfig]]:
@@ -137,14 +134,14 @@ class McpEnv(BaseEnv):
 
     async def get_next_item(self) -> Scenario:
         task = self._task()
-        if not self._resume_skipped:
-            self._resume_skipped = True  # a resumed run continues its data order
-            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
-                await self.get_next_item()
-        if not self._order:
-            self._order = list(range(len(task.train)))
-            self._rng.shuffle(self._order)
-        return task.train[self._order.pop()]
+        # A resumed run continues its data order (the single-turn environments' training order).
+        self._order.skip_trained(
+            self.curr_step,
+            self.config.batch_size,
+            self.config.group_size,
+            lambda: self._order.next_index(len(task.train)),
+        )
+        return task.train[self._order.next_index(len(task.train))]
 
     # --- sampling ---------------------------------------------------------------------------
     def _policy(self, split: str) -> Any:

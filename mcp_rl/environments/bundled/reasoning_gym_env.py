@@ -176,7 +176,7 @@ class ReasoningGymEnv(SingleTurnEnv):
     def next_train_item(self) -> dict[str, Any]:
         names = list(self.weights)
         while True:
-            name = self.order_rng.choices(names, weights=[self.weights[n] for n in names])[0]
+            name = self.order.rng.choices(names, weights=[self.weights[n] for n in names])[0]
             index = self._next[name] % self.config.train_size
             self._next[name] += 1
             item = {"dataset": name, "index": index, "split": "train", **self.train_sets[name][index]}
