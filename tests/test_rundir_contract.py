@@ -27,7 +27,8 @@ from mcp_rl.rundir import (
 )
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from mcp_rl.supervisor.registry import Registry, RunRecord, run_record_from_dir
+from mcp_rl.supervisor.rebuild import run_record_from_dir
+from mcp_rl.supervisor.registry import Registry, RunRecord
 from mcp_rl.supervisor.states import RunState
 from mcp_rl.supervisor.supervisor import RunSupervisor
 from mcp_rl.trainer.advantages import BatchStats

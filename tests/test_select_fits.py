@@ -13,7 +13,7 @@ import pytest
 from mcp_rl.config import build_run_config
 from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor.service import _validate
+from mcp_rl.supervisor.start import _validate
 from tests.conftest import FIXTURES, make_env
 
 # Every bundled family, each selected after the one before it (the last after the first).

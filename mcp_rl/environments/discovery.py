@@ -30,8 +30,9 @@ from mcp_rl.environments.mcp_family.taskfile import named_variables
 
 BASE_CLASS = "BaseEnv"
 # atroposlib's own BaseEnv subclasses that environments derive from (the later upstream
-# atroposlib has these; an environment using one then says so when selected).
-BASE_CLASSES = frozenset({BASE_CLASS, "StatefulToolEpisodeEnv", "TeacherDistillationEnv"})
+# atroposlib has these; an environment using one then says so when selected), and mcp-rl's base
+# of single-turn environments (mcp_rl.environments.single_turn: the bundled ones derive from it).
+BASE_CLASSES = frozenset({BASE_CLASS, "StatefulToolEpisodeEnv", "TeacherDistillationEnv", "SingleTurnEnv"})
 # A task file (mcp_rl.task) imports this module; its classes deriving from `Task` are tasks.
 TASK_MODULE = "mcp_rl.task"
 TASK_CLASS = "Task"

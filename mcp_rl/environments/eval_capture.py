@@ -1,7 +1,7 @@
-"""The one owner of the hooks that read what an Atropos environment reports, however its author
-wrote it, and of the file they write. Installed in the environment process by the runner
-(`mcp_rl.environments.runner`); every patched method carries the one marker `MARK`, so a second
-install changes nothing.
+"""What an Atropos environment reports, however its author wrote it, read through the Atropos hooks
+(`atropos_hooks`, the one module that patches Atropos, with its one marker), and the file it is
+written to. Installed in the environment process by the runner (`mcp_rl.environments.runner`); a
+second install changes nothing.
 
 A run's environment (`serve --config runs/<id>/run.yaml`): every `BaseEnv.wandb_log` call also
 appends its numbers to the run's `env_metrics.jsonl` (mcp_rl.metrics.env_metrics' format), since
@@ -43,12 +43,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from mcp_rl.environments import atropos_hooks
 from mcp_rl.metrics.env_metrics import append_metrics, numeric_metrics
 from mcp_rl.rundir import ENV_METRICS_FILE, RUN_FILE, read_jsonl
 
 log = logging.getLogger(__name__)
 
-MARK = "__mcp_rl_capture__"
 CAPTURED_FILE = "captured_metrics.jsonl"
 EVALUATE_CONFIG_FILE = "evaluate.yaml"  # the evaluate mode's config, written by env_eval
 SPLIT_SOURCE = "eval_split"
@@ -176,47 +176,19 @@ def eval_split_sizes(instance: Any) -> dict[str, int]:
     return found
 
 
-def _install_wandb_log() -> None:
-    # atroposlib is heavy: only the environment process (which has it loaded) installs hooks
-    from atroposlib.envs.base import BaseEnv
-
-    original = BaseEnv.wandb_log
-    if getattr(original, MARK, False):
-        return
-
-    async def wandb_log(self: Any, wandb_metrics: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> None:
-        # The base method adds its own keys to the dict it is given (completion lengths, perf
-        # stats) before prefixing a copy for W&B, so after the call this dict holds all of them.
-        metrics = {} if wandb_metrics is None else wandb_metrics
+def _to_run_and_capture(env: Any, metrics: dict[str, Any]) -> None:
+    """What reached BaseEnv.wandb_log: to the run's env_metrics.jsonl and the evaluation's capture."""
+    step = getattr(env, "curr_step", 0)
+    if _Sinks.run_metrics is not None:
         try:
-            await original(self, metrics, *args, **kwargs)
-        finally:
-            step = getattr(self, "curr_step", 0)
-            if _Sinks.run_metrics is not None:
-                try:
-                    append_metrics(_Sinks.run_metrics, step, metrics)
-                except OSError as exc:
-                    log.warning("could not record environment metrics to %s: %s", _Sinks.run_metrics, exc)
-            record(Source.WANDB_LOG, metrics, step)
-
-    setattr(wandb_log, MARK, True)
-    BaseEnv.wandb_log = wandb_log
+            append_metrics(_Sinks.run_metrics, step, metrics)
+        except OSError as exc:
+            log.warning("could not record environment metrics to %s: %s", _Sinks.run_metrics, exc)
+    record(Source.WANDB_LOG, metrics, step)
 
 
-def _install_evaluate_log() -> None:
-    # atroposlib is heavy: only the environment process (which has it loaded) installs hooks
-    from atroposlib.envs.base import BaseEnv
-
-    original = BaseEnv.evaluate_log
-    if getattr(original, MARK, False):
-        return
-
-    async def evaluate_log(self: Any, metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        record(Source.EVALUATE_LOG, metrics, getattr(self, "curr_step", 0))
-        return await original(self, metrics, *args, **kwargs)
-
-    setattr(evaluate_log, MARK, True)
-    BaseEnv.evaluate_log = evaluate_log
+def _evaluate_log_reported(env: Any, metrics: dict[str, Any]) -> None:
+    record(Source.EVALUATE_LOG, metrics, getattr(env, "curr_step", 0))
 
 
 def _install_wandb() -> None:
@@ -230,47 +202,35 @@ def _install_wandb() -> None:
         return
     if wandb.run is None:
         wandb.init(mode="disabled")
-    original = wandb.log
-    if getattr(original, MARK, False):
-        return
-
-    def wandb_log(data: Any = None, *args: Any, **kwargs: Any) -> Any:
-        record(Source.WANDB, data)
-        if wandb.run is not None:
-            return original(data, *args, **kwargs)
-        return None  # no W&B run (evaluate mode starts none): kept here, nothing sent
-
-    setattr(wandb_log, MARK, True)
-    wandb.log = wandb_log
+    atropos_hooks.before_wandb_dot_log(wandb, lambda data: record(Source.WANDB, data))
 
 
-def _install_evaluate(cls: Any) -> None:
-    original = cls.evaluate
-    if getattr(original, MARK, False):
-        return
-
-    async def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = await original(self, *args, **kwargs)
-        step = getattr(self, "curr_step", 0)
-        record(Source.RETURNED, returned_metrics(result), step)
-        # Read before the wandb_log call below: an override that reports them clears the list.
-        record(Source.EVAL_METRICS, pending_eval_metrics(getattr(self, "eval_metrics", None)), step)
-        sizes = eval_split_sizes(self)
-        if sizes and _Sinks.evaluation is not None:
-            try:
-                _write_line(_Sinks.evaluation, {"source": SPLIT_SOURCE, "sizes": sizes})
-            except OSError as exc:
-                log.warning("could not record the eval split to %s: %s", _Sinks.evaluation, exc)
+async def _evaluate_returned(env: Any, result: Any) -> None:
+    """What an evaluate() left behind: its returned dict, its `self.eval_metrics`, its eval split's
+    size, and whatever its wandb_log reports when called once more."""
+    step = getattr(env, "curr_step", 0)
+    record(Source.RETURNED, returned_metrics(result), step)
+    # Read before the wandb_log call below: an override that reports them clears the list.
+    record(Source.EVAL_METRICS, pending_eval_metrics(getattr(env, "eval_metrics", None)), step)
+    sizes = eval_split_sizes(env)
+    if sizes and _Sinks.evaluation is not None:
         try:
-            # A score kept in the environment's own attribute reaches a report only when Atropos
-            # calls wandb_log at its next step, which evaluate mode never has: called once here.
-            await self.wandb_log({})
-        except Exception as exc:  # the environment's own code: its evaluation is already done
-            log.warning("the environment's wandb_log({}) after evaluate() raised %s: %s", type(exc).__name__, exc)
-        return result
+            _write_line(_Sinks.evaluation, {"source": SPLIT_SOURCE, "sizes": sizes})
+        except OSError as exc:
+            log.warning("could not record the eval split to %s: %s", _Sinks.evaluation, exc)
+    try:
+        # A score kept in the environment's own attribute reaches a report only when Atropos
+        # calls wandb_log at its next step, which evaluate mode never has: called once here.
+        await env.wandb_log({})
+    except Exception as exc:  # the environment's own code: its evaluation is already done
+        log.warning("the environment's wandb_log({}) after evaluate() raised %s: %s", type(exc).__name__, exc)
 
-    setattr(evaluate, MARK, True)
-    cls.evaluate = evaluate
+
+def _install_evaluation_hooks(cls: Any) -> None:
+    atropos_hooks.after_wandb_log(_to_run_and_capture)
+    atropos_hooks.before_evaluate_log(_evaluate_log_reported)
+    _install_wandb()
+    atropos_hooks.after_evaluate(cls, _evaluate_returned)
 
 
 # --- reading what was captured ----------------------------------------------------------------
@@ -360,7 +320,7 @@ def install_for_run(mode: str, env_args: Sequence[str]) -> Path | None:
     if mode != "serve" or config is None or Path(config).name != RUN_FILE:
         return None
     _Sinks.run_metrics = Path(config).resolve().parent / ENV_METRICS_FILE
-    _install_wandb_log()
+    atropos_hooks.after_wandb_log(_to_run_and_capture)
     return _Sinks.run_metrics
 
 
@@ -372,10 +332,7 @@ def install_for_evaluate(cls: Any, mode: str, env_args: Sequence[str]) -> Path |
     if mode != "evaluate" or config is None or Path(config).name != EVALUATE_CONFIG_FILE:
         return None
     _Sinks.evaluation = Path(config).resolve().parent / CAPTURED_FILE
-    _install_wandb_log()
-    _install_evaluate_log()
-    _install_wandb()
-    _install_evaluate(cls)
+    _install_evaluation_hooks(cls)
     return _Sinks.evaluation
 
 
@@ -383,10 +340,7 @@ def install_for_check(cls: Any, folder: Path) -> Path:
     """The validator's run of an environment (validate_atropos): the evaluation hooks, writing to
     `folder`'s capture file. Returns it."""
     _Sinks.evaluation = folder / CAPTURED_FILE
-    _install_wandb_log()
-    _install_evaluate_log()
-    _install_wandb()
-    _install_evaluate(cls)
+    _install_evaluation_hooks(cls)
     return _Sinks.evaluation
 
 

@@ -3,8 +3,8 @@
 Atropos's `handle_env` catches whatever `collect_trajectories` raises, logs one line without
 the exception's type or place ("Error in collect_trajectories: division by zero") and moves on
 to the next item, forever: an environment whose `score()` always raises keeps a run at step 0
-with no error anywhere. The runner (and a smoke test's child) wrap the environment class's
-`collect_trajectories` with `install`: every group it returns or raises on is counted in
+with no error anywhere. The runner (and a smoke test's child) hook the environment class's
+`collect_trajectories` with `install` (mcp_rl.environments.atropos_hooks): every group it returns or raises on is counted in
 `env_health.json` (format: mcp_rl.rundir.EnvHealth) beside the process's config, with the last
 exception's type, message, the place in the environment's own code it came from and its
 traceback. The exception is then raised on, so Atropos behaves as before; the supervisor
@@ -13,7 +13,6 @@ decides from the file whether the run can still make progress (mcp_rl.supervisor
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -23,12 +22,12 @@ from typing import Any
 
 from mcp_rl import redact
 from mcp_rl.atomic import write_text_atomic
+from mcp_rl.environments import atropos_hooks
 from mcp_rl.rundir import ENV_HEALTH_FILE, EnvError, EnvHealth
 
 log = logging.getLogger(__name__)
 
 TRACEBACK_CHARS = 4000
-_MARK = "_mcp_rl_failure_report"
 
 
 def where_raised(exc: BaseException, own_code: Path | None) -> str | None:
@@ -101,24 +100,13 @@ class HealthRecorder:
 
 def install(cls: Any, recorder: HealthRecorder) -> None:
     """Count every group `cls.collect_trajectories` returns or raises on (idempotent)."""
-    original = cls.collect_trajectories
-    if getattr(original, _MARK, False):
-        return
 
-    @functools.wraps(original)
-    async def collect_trajectories(self: Any, item: Any) -> Any:
-        try:
-            result = await original(self, item)
-        except Exception as exc:
-            recorder.failed(exc)
-            raise
+    def returned(result: Any) -> None:
         group = result[0] if isinstance(result, tuple) and result else result
         if group is not None:
             recorder.scored()
-        return result
 
-    setattr(collect_trajectories, _MARK, True)
-    cls.collect_trajectories = collect_trajectories
+    atropos_hooks.around_collect_trajectories(cls, returned, recorder.failed)
 
 
 def install_beside_config(cls: Any, config_path: str | None, own_code: Path) -> HealthRecorder | None:

@@ -25,6 +25,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import yaml
 from pydantic import create_model
 
 from mcp_rl import redact
-from mcp_rl.environments import eval_capture, failure_report, score_guard
+from mcp_rl.environments import atropos_hooks, eval_capture, failure_report, score_guard
 from mcp_rl.environments.dependencies import missing_dependency
 from mcp_rl.environments.loader import load_env_class
 from mcp_rl.errors import UserError
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if start_when is not None and not _wait_for(start_when, START_WHEN_TIMEOUT_S):
         print(f"gave up waiting for {start_when} after {START_WHEN_TIMEOUT_S:g} s", file=sys.stderr)
         return 1
-    # The Atropos hooks (one owner): what a run's environment logs also goes to the run dir, not
+    # The Atropos hooks (atropos_hooks): what a run's environment logs also goes to the run dir, not
     # only W&B; an evaluation mcp-rl runs (mcp_rl.evaluation.env_eval) keeps whatever evaluate() reports.
     eval_capture.install_for_run(ns.mode, env_args)
     eval_capture.install_for_evaluate(cls, ns.mode, env_args)
@@ -154,9 +155,8 @@ def fallback_config(cls: Any, values: dict[str, Any]) -> Any:
 
 def _guard_config_init(cls: Any, values: dict[str, Any]) -> None:
     """Make config_init() fall back as selection did when the environment's own one fails."""
-    original = cls.config_init
 
-    def config_init() -> tuple[Any, Any]:
+    def config_init(original: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
         try:
             return original()
         except Exception as exc:  # the environment's own code; selection fell back the same way
@@ -170,7 +170,7 @@ def _guard_config_init(cls: Any, values: dict[str, Any]) -> None:
             )
             return fallback_config(cls, values), ServerBaseline()
 
-    cls.config_init = staticmethod(config_init)
+    atropos_hooks.around_config_init(cls, config_init)
 
 
 def _prewarm(env_args: list[str]) -> None:
@@ -186,24 +186,11 @@ def _prewarm(env_args: list[str]) -> None:
         with open(config, encoding="utf-8") as fh:
             name = (yaml.safe_load(fh).get("env") or {}).get("tokenizer_name")
         if name:
-            _hand_over_once(AutoTokenizer, name, AutoTokenizer.from_pretrained(name))
+            # Atropos's BaseEnv loads the same tokenizer again when it starts (a few hundred ms of a
+            # run's start-up): its first plain load gets this one (atropos_hooks.hand_over_once).
+            atropos_hooks.hand_over_once(AutoTokenizer, name, AutoTokenizer.from_pretrained(name))
     except Exception as exc:  # only a head start: the environment reports real problems itself
         print(f"prewarm skipped: {exc!r}", file=sys.stderr)
-
-
-def _hand_over_once(auto: Any, name: str, tokenizer: Any) -> None:
-    """Atropos's BaseEnv loads the same tokenizer again when it starts (a few hundred ms of a
-    run's start-up): its first plain `from_pretrained(name)` gets the prewarmed one instead.
-    Only once, so no two users ever share one (mutable) tokenizer object."""
-    original = auto.from_pretrained
-    waiting = [tokenizer]
-
-    def from_pretrained(name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
-        if waiting and name_or_path == name and not args and not kwargs:
-            return waiting.pop()
-        return original(name_or_path, *args, **kwargs)
-
-    auto.from_pretrained = from_pretrained
 
 
 def _wait_for(path: Path, timeout_s: float) -> bool:

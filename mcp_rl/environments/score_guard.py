@@ -2,16 +2,17 @@
 
 The Atropos API accepts a group scored NaN or inf, then cannot encode it: every `/batch` answers
 500 while the group sits at the head of the queue, and the run stalls with no cause given. The
-runner wraps the environment's `handle_send_to_api` so such a group is refused before it is sent:
+runner hooks the environment's `handle_send_to_api` so such a group is refused before it is sent:
 the error names the environment, the item and the sequence (Atropos logs it in env.log and drops
 that group; the environment goes on).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
+
+from mcp_rl.environments import atropos_hooks
 
 
 class NonFiniteScore(ValueError):
@@ -38,12 +39,5 @@ def check_scores(scored: Any, environment: str, item: Any) -> None:
 
 
 def install(cls: Any, environment: str) -> None:
-    """Check every group `cls` sends to the API."""
-    original = cls.handle_send_to_api
-
-    @functools.wraps(original)
-    async def handle_send_to_api(self: Any, scored_data: Any, item: Any = None, *args: Any, **kwargs: Any) -> Any:
-        check_scores(scored_data, environment, item)
-        return await original(self, scored_data, item, *args, **kwargs)
-
-    cls.handle_send_to_api = handle_send_to_api
+    """Check every group `cls` sends to the API (mcp_rl.environments.atropos_hooks)."""
+    atropos_hooks.before_send(cls, lambda scored_data, item: check_scores(scored_data, environment, item))

@@ -4,8 +4,8 @@ environment the pipeline trains like the bundled arithmetic one.
 `env_class_for(TaskClass)` is a `BaseEnv` subclass whose items are the task's training items,
 whose chat is the task's `messages(item)`, and whose groups are scored by the task's `score`
 (checked finite and within `score_range`). Sampling, prompt masks, per-token logprobs, the resume
-skip and the accuracy metric are arithmetic's (both Atropos server types, so both backends and
-the smoke tests' `process` mode work). The held-out items are evaluated by the trainer
+skip and the accuracy metric are every single-turn environment's (mcp_rl.environments.single_turn:
+both Atropos server types, so both backends and the smoke tests' `process` mode work). The held-out items are evaluated by the trainer
 (mcp_rl.evaluation.heldout), not here; evaluate() only serves Atropos's own `evaluate` mode.
 
 Imported only in child processes (it pulls in atroposlib): the loader wraps a task class with it.
@@ -14,21 +14,14 @@ Imported only in child processes (it pulls in atroposlib): the loader wraps a ta
 from __future__ import annotations
 
 import math
-import random
 import sys
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field
 
-from mcp_rl.environments.bundled.arithmetic import (
-    ArithmeticEnv,
-    default_tokenizer,
-    local_server_config,
-    scored_group,
-    with_accuracy,
-)
+from mcp_rl.environments.single_turn import SingleTurnEnv
 from mcp_rl.task import Item, Task, prompt_text
 
 
@@ -70,26 +63,19 @@ def checked_score(task: Task, completion: str, item: Item) -> float:
     return value
 
 
-class TaskEnv(BaseEnv):
+class TaskEnv(SingleTurnEnv):
     """An Atropos environment made from a `Task` (subclassed per task by env_class_for)."""
 
     name = "task"
     env_config_cls = TaskEnvConfig
     task_class: type[Task] = Task
 
-    # Sampling and the training order are arithmetic's (its methods read self.config.max_new_tokens,
-    # self.train_problems, self._order, self._rng, self.config.batch_size/group_size).
-    _prompt_tokens = ArithmeticEnv._prompt_tokens
-    _returns_tokens = ArithmeticEnv._returns_tokens
-    _rollouts = ArithmeticEnv._rollouts
-    get_next_item = ArithmeticEnv.get_next_item
-
     def __init__(self, config: TaskEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: TaskEnvConfig = config
         self.task = self.task_class()
-        self.train_problems: list[Item] = list(self.task.train_items())
-        self.eval_problems: list[Item] = list(self.task.held_out_items())
+        self.train_problems = list(self.task.train_items())
+        self.eval_problems = list(self.task.held_out_items())
         # A held-out question is never trained on, whatever the task's items say (the validator
         # reports such items; here they are only left out of training).
         held = {prompt_text(self.task.messages(item)) for item in self.eval_problems}
@@ -102,62 +88,28 @@ class TaskEnv(BaseEnv):
         self.train_problems = kept
         if not self.train_problems:
             raise ValueError(f"{self.task_class.__name__} has no training items (train_items() is empty)")
-        self._rng = random.Random(config.seed)
-        self._order: list[int] = []
-        self._correct_buffer: list[float] = []
-        self.eval_metrics: list[tuple[str, float]] = []
 
     @classmethod
-    def config_init(cls) -> tuple[TaskEnvConfig, list[APIServerConfig]]:
-        tokenizer = default_tokenizer()
-        env_config = TaskEnvConfig(
-            tokenizer_name=tokenizer,
+    def default_settings(cls) -> dict[str, Any]:
+        return {
             # arithmetic's measured defaults: 8 items x 4 answers a step, every group kept
-            group_size=4,
-            use_wandb=False,
-            rollout_server_url="http://127.0.0.1:8000",
-            total_steps=30,
-            batch_size=32,
-            steps_per_eval=1000000,
+            "group_size": 4,
+            "total_steps": 30,
+            "steps_per_eval": 1000000,
             # room for the task's prompt: a group longer than this is dropped by Atropos
-            max_token_length=max(512, cls.task_class.max_tokens + 512),
-            max_num_workers=4,
-            wandb_name=cls.name,
-            ensure_scores_are_not_same=False,
-            max_new_tokens=cls.task_class.max_tokens,
-        )
-        return env_config, [local_server_config(tokenizer)]
+            "max_token_length": max(512, cls.task_class.max_tokens + 512),
+            "ensure_scores_are_not_same": False,
+            "max_new_tokens": cls.task_class.max_tokens,
+        }
 
     async def setup(self) -> None:
         """Nothing to download: the items were made in __init__."""
 
-    async def collect_trajectories(self, item: Item) -> tuple[ScoredDataGroup | None, list[Any]]:
-        messages = self.task.messages(item)
-        rollouts = await self._rollouts(
-            messages, self.config.group_size, temperature=self.config.temperature, split="train"
-        )
-        group = scored_group(
-            rollouts,
-            messages,
-            lambda text: checked_score(self.task, text, item),
-            self.config.group_size,
-            self._correct_buffer,
-        )
-        return group, []
+    def messages(self, item: Item) -> list[dict[str, str]]:
+        return self.task.messages(item)
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Greedy answers on the held-out items -> eval/percent_correct (Atropos's own evaluate
-        mode; in a run the trainer evaluates the same items at step 0 and at the end)."""
-        if not self.eval_problems:
-            return
-        total = 0.0
-        for item in self.eval_problems:
-            rollouts = await self._rollouts(self.task.messages(item), 1, temperature=0.0, split="eval")
-            total += checked_score(self.task, rollouts[0][3], item) if rollouts else 0.0
-        self.eval_metrics.append(("eval/percent_correct", total / len(self.eval_problems)))
-
-    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        await super().wandb_log(with_accuracy(wandb_metrics, self._correct_buffer, self.eval_metrics))
+    def score(self, text: str, item: Item) -> float:
+        return checked_score(self.task, text, item)
 
 
 def env_class_for(task_cls: type[Task], file_path: Path | None = None) -> type[TaskEnv]:

@@ -178,7 +178,13 @@ def _checked(
     began = time.monotonic()
     # user code: the allow-list plus exactly the variables it names
     done = run_child(
-        settings, module, args, env=settings.user_code_env(list(named)), timeout_s=timeout_s, what=f"validating {name}", cancel=cancel
+        settings,
+        module,
+        args,
+        env=settings.user_code_env(list(named)),
+        timeout_s=timeout_s,
+        what=f"validating {name}",
+        cancel=cancel,
     )
     if done.cancelled:
         raise UserError(f"Validating {name} was cancelled (its process and all it started were ended).")

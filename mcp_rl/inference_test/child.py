@@ -7,7 +7,8 @@ CFG's `openai:` section. Atropos applies that section only when `config_init()` 
 with one server: with a bare `APIServerConfig` or a `ServerBaseline` (BaseEnv's default) the
 ServerManager silently builds its own servers on localhost:9004-9007, and with a list of two
 or more it keeps the environment's own ones (atroposlib 0.4 `resolve_openai_configs`). So the
-class's `config_init()` is wrapped to return one server, and the YAML then decides where it is.
+class's `config_init()` is hooked (mcp_rl.environments.atropos_hooks) to return one server, and
+the YAML then decides where it is.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mcp_rl import redact
-from mcp_rl.environments import failure_report
+from mcp_rl.environments import atropos_hooks, failure_report
 from mcp_rl.environments.loader import load_env_class
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
@@ -44,17 +46,16 @@ def one_server(servers: Any) -> tuple[list[Any], str | None]:
 
 
 def point_at_config_server(cls: Any) -> None:
-    """Wrap `cls.config_init` so its servers are one APIServerConfig (see the module doc)."""
-    original = cls.config_init
+    """Hook `cls.config_init` so its servers are one APIServerConfig (see the module doc)."""
 
-    def config_init(_cls: Any) -> tuple[Any, list[Any]]:
+    def config_init(original: Callable[[], tuple[Any, Any]]) -> tuple[Any, list[Any]]:
         env_config, servers = original()
         servers, change = one_server(servers)
         if change:
             print(f"mcp-rl smoke test: {change}, pointed at the test's server", file=sys.stderr)
         return env_config, servers
 
-    cls.config_init = classmethod(config_init)
+    atropos_hooks.around_config_init(cls, config_init)
 
 
 def _option(args: list[str], name: str) -> str | None:

@@ -16,6 +16,9 @@ A file cannot be moved aside under an open SQLite connection: the connection kee
 the moved file, through the WAL files of the new one at the old name. So every connection holds
 a shared lock on `state.db.init.lock` while it is open, and creating or repairing the file takes
 it exclusively, after the other connections of every process have closed.
+
+The rows' types and the tables are `run_records`'; rebuilding from the run directories is
+`rebuild`'s.
 """
 
 from __future__ import annotations
@@ -30,25 +33,26 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import psutil
 from pydantic import BaseModel, ValidationError
 
 from mcp_rl import redact
-from mcp_rl.errors import DamagedState, UserError, clip, clip_message
+from mcp_rl.errors import DamagedState, UserError, clip
 from mcp_rl.locking import LockTimeout, exclusive_lock, shared_lock
-from mcp_rl.runconfig import RunConfig
-from mcp_rl.rundir import (
-    RUN_FILE,
-    TRAINER_STATUS_FILE,
-    TrainerPhase,
-    TrainerStatus,
-    read_trainer_status,
+from mcp_rl.supervisor.rebuild import REBUILT_CAUSE, rebuild, salvage
+from mcp_rl.supervisor.run_records import (
+    SCHEMA,
+    EventRecord,
+    ProcessRecord,
+    RunRecord,
+    insert_event,
+    scrubbed,
 )
-from mcp_rl.supervisor.launchers.base import SUBMISSION_FILE, Submission
-from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, TERMINAL_STATES, ProcState, RunState
+from mcp_rl.supervisor.states import ACTIVE_STATES, ALLOWED_FROM, ProcState, RunState
 
 if TYPE_CHECKING:
     from mcp_rl.settings import Settings
+
+__all__ = ["EventRecord", "ProcessRecord", "Registry", "RunRecord", "registry_for"]
 
 log = logging.getLogger(__name__)
 
@@ -65,119 +69,8 @@ M = TypeVar("M", bound=BaseModel)
 _ADDED_RUN_COLUMNS = ("launcher", "job_id", "job_address")
 _MIGRATED: set[Path] = set()
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    environment TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    state TEXT NOT NULL,
-    cause TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    running_at REAL,
-    ended_at REAL,
-    run_dir TEXT NOT NULL,
-    config_path TEXT NOT NULL,
-    api_port INTEGER,
-    inference_port INTEGER,
-    supervisor_pid INTEGER,
-    supervisor_create_time REAL,
-    wandb_project TEXT,
-    wandb_run_name TEXT,
-    wandb_url TEXT,
-    launcher TEXT,
-    job_id TEXT,
-    job_address TEXT
-);
-CREATE TABLE IF NOT EXISTS run_processes (
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    name TEXT NOT NULL,
-    state TEXT NOT NULL,
-    pid INTEGER,
-    pgid INTEGER,
-    create_time REAL,
-    port INTEGER,
-    exit_code INTEGER,
-    started_at REAL,
-    ready_at REAL,
-    ended_at REAL,
-    log_path TEXT,
-    PRIMARY KEY (run_id, name)
-);
-CREATE TABLE IF NOT EXISTS run_events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    time REAL NOT NULL,
-    subject TEXT NOT NULL,
-    state TEXT NOT NULL,
-    cause TEXT
-);
-CREATE INDEX IF NOT EXISTS run_events_by_run ON run_events(run_id, id);
-"""
-
-
-class RunRecord(BaseModel):
-    run_id: str
-    environment: str
-    backend: str
-    state: RunState
-    cause: str | None = None
-    created_at: float
-    updated_at: float
-    running_at: float | None = None
-    ended_at: float | None = None
-    run_dir: str
-    config_path: str
-    api_port: int | None = None
-    inference_port: int | None = None
-    supervisor_pid: int | None = None
-    supervisor_create_time: float | None = None
-    wandb_project: str | None = None
-    wandb_run_name: str | None = None
-    wandb_url: str | None = None
-    launcher: str | None = None  # None or "local": this machine; "slurm"/"ray": a cluster job
-    job_id: str | None = None  # the scheduler's job id (cluster launchers)
-    job_address: str | None = None  # where the scheduler is asked (Ray's dashboard address)
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-    @property
-    def on_cluster(self) -> bool:
-        return self.launcher not in (None, "local") and self.job_id is not None
-
-
-class ProcessRecord(BaseModel):
-    run_id: str
-    name: str
-    state: ProcState
-    pid: int | None = None
-    pgid: int | None = None
-    create_time: float | None = None
-    port: int | None = None
-    exit_code: int | None = None
-    started_at: float | None = None
-    ready_at: float | None = None
-    ended_at: float | None = None
-    log_path: str | None = None
-
-
-class EventRecord(BaseModel):
-    run_id: str
-    time: float
-    subject: str  # "run" or a process name
-    state: str
-    cause: str | None = None
-
-
 _RUN_FIELDS = frozenset(RunRecord.model_fields) - {"run_id"}
 _PROCESS_FIELDS = frozenset(ProcessRecord.model_fields) - {"run_id", "name"}
-
-
-def _scrubbed(cause: str | None) -> str | None:
-    """A cause as it may be stored: without any key (it may quote what a task raised)."""
-    return redact.scrub(cause) if cause else cause
 
 
 def _is_damage(exc: sqlite3.Error, path: Path) -> bool:
@@ -270,16 +163,16 @@ class Registry:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _SCHEMA.split(";"):
+                for statement in SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
                 if salvage_from is not None:
-                    saved = _salvage(db, salvage_from)
+                    saved = salvage(db, salvage_from)
                     if saved:
                         self._note(
                             f"{len(saved)} run(s) were still readable in the damaged copy and kept: {', '.join(saved)}."
                         )
-                rebuilt = _rebuild(db, self.runs_dir)
+                rebuilt = rebuild(db, self.runs_dir)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -386,7 +279,7 @@ class Registry:
     # --- runs ------------------------------------------------------------------------------
     @_guarded
     def create_run(self, record: RunRecord, cause: str | None = None) -> None:
-        cause = _scrubbed(cause)
+        cause = scrubbed(cause)
         data = redact.scrub_json(record.model_dump(mode="json"))
         columns = ", ".join(data)
         marks = ", ".join("?" for _ in data)
@@ -395,7 +288,7 @@ class Registry:
             # started) is a guess; the run's own record replaces it.
             db.execute("DELETE FROM runs WHERE run_id = ? AND cause LIKE ?", (record.run_id, REBUILT_CAUSE + "%"))
             db.execute(f"INSERT INTO runs ({columns}) VALUES ({marks})", tuple(data.values()))
-            _event(db, record.run_id, "run", record.state, cause, record.created_at)
+            insert_event(db, record.run_id, "run", record.state, cause, record.created_at)
 
     @_guarded
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -438,7 +331,7 @@ class Registry:
         The check and the write are one statement, so concurrent writers are safe.
         """
         allowed = ALLOWED_FROM[new]
-        cause = _scrubbed(cause)
+        cause = scrubbed(cause)
         now = time.time()
         extra = ""
         if new == RunState.RUNNING:
@@ -455,7 +348,7 @@ class Registry:
                 params,
             ).rowcount
             if changed:
-                _event(db, run_id, "run", new, cause, now)
+                insert_event(db, run_id, "run", new, cause, now)
         return bool(changed)
 
     def active_ports(self) -> set[int]:
@@ -472,7 +365,7 @@ class Registry:
         unknown = set(fields) - _PROCESS_FIELDS
         if unknown:
             raise ValueError(f"unknown process fields: {sorted(unknown)}")
-        cause = _scrubbed(cause)
+        cause = scrubbed(cause)
         fields = {k: redact.scrub(v) if type(v) is str else v for k, v in fields.items()}
         now = time.time()
         with self._write() as db:
@@ -488,7 +381,7 @@ class Registry:
                     (*values, run_id, name),
                 )
             if "state" in fields:
-                _event(db, run_id, name, ProcState(fields["state"]), cause, now)
+                insert_event(db, run_id, name, ProcState(fields["state"]), cause, now)
 
     @_guarded
     def ended_runs_with_live_processes(self) -> list[str]:
@@ -521,7 +414,7 @@ class Registry:
     def record_event(self, run_id: str, subject: str, state: str, cause: str | None = None) -> None:
         """An event that changes no state (e.g. a held process released)."""
         with self._write() as db:
-            _event(db, run_id, subject, state, cause, time.time())
+            insert_event(db, run_id, subject, state, cause, time.time())
 
     @_guarded
     def events(self, run_id: str) -> list[EventRecord]:
@@ -539,13 +432,6 @@ class Registry:
         return events
 
 
-def _event(db: sqlite3.Connection, run_id: str, subject: str, state: str, cause: str | None, when: float) -> None:
-    db.execute(
-        "INSERT INTO run_events (run_id, time, subject, state, cause) VALUES (?, ?, ?, ?, ?)",
-        (run_id, when, subject, str(state), _scrubbed(cause)),
-    )
-
-
 def registry_for(settings: Settings) -> Registry:
     """The registry of a state directory (created on first use)."""
     settings.ensure_home()
@@ -556,160 +442,3 @@ def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']} (got {clip(err.get('input'), 60)})"
-
-
-# --- rebuilding from the run directories ---------------------------------------------------
-def _salvage(db: sqlite3.Connection, damaged: Path) -> list[str]:
-    """Copy the rows that still read back from a damaged database; returns the run ids kept."""
-    saved: list[str] = []
-    try:
-        old = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True, timeout=1)
-    except sqlite3.Error:
-        return saved
-    try:
-        old.row_factory = sqlite3.Row
-        for table, model in (("runs", RunRecord), ("run_processes", ProcessRecord)):
-            try:
-                rows = old.execute(f"SELECT * FROM {table}").fetchall()
-            except sqlite3.Error:
-                continue  # this table is unreadable; the run directories fill in
-            for row in rows:
-                try:
-                    data = model.model_validate(dict(row)).model_dump(mode="json")
-                except ValidationError:
-                    continue
-                db.execute(
-                    f"INSERT OR IGNORE INTO {table} ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})",
-                    tuple(data.values()),
-                )
-                if table == "runs":
-                    saved.append(data["run_id"])
-    finally:
-        old.close()
-    return saved
-
-
-REBUILT_CAUSE = "rebuilt from the run directory after state.db was lost or damaged"
-# trainer_status.json phases that say how a run ended.
-_ENDED_BY_PHASE = {
-    TrainerPhase.DONE: RunState.COMPLETED,
-    TrainerPhase.FAILED: RunState.FAILED,
-    TrainerPhase.STOPPED: RunState.STOPPED,
-}
-
-
-def _rebuild(db: sqlite3.Connection, runs_dir: Path) -> list[str]:
-    """Insert a row for every run directory not in the table; returns their run ids."""
-    if not runs_dir.is_dir():
-        return []
-    known = {row[0] for row in db.execute("SELECT run_id FROM runs")}
-    rebuilt = []
-    supervisors: dict[str, tuple[int, float]] | None = None  # looked up once, when first needed
-    for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in known):
-        if not (run_dir / RUN_FILE).exists():
-            continue
-        if supervisors is None:
-            supervisors = _live_supervisors()
-        record = run_record_from_dir(run_dir, supervisors)
-        data = record.model_dump(mode="json")
-        db.execute(
-            f"INSERT INTO runs ({', '.join(data)}) VALUES ({', '.join('?' for _ in data)})", tuple(data.values())
-        )
-        _event(db, record.run_id, "run", record.state, record.cause, time.time())
-        rebuilt.append(record.run_id)
-    return rebuilt
-
-
-def run_record_from_dir(run_dir: Path, supervisors: dict[str, tuple[int, float]] | None = None) -> RunRecord:
-    """A run's registry row as far as its directory tells: run.yaml (environment, backend, ports,
-    W&B), trainer_status.json (how it ended) and a live supervisor of it (if it is still going;
-    `supervisors` from `_live_supervisors`, looked up here when not given)."""
-    run_dir = run_dir.resolve()
-    config_path = run_dir / RUN_FILE
-    created = _first_written(run_dir)
-    fields: dict[str, Any] = {"environment": "unknown", "backend": "unknown"}
-    problems = []
-    try:
-        config = RunConfig.load(config_path)
-        wandb = config.trainer.wandb
-        fields.update(
-            environment=config.environment.name,
-            backend=config.trainer.backend,
-            api_port=config.ports.api,
-            inference_port=config.ports.inference,
-            wandb_project=wandb.project if wandb.enabled else None,
-            wandb_run_name=str(config.env.get("wandb_name")) if config.env.get("wandb_name") else None,
-        )
-    except Exception as exc:  # any damage of run.yaml: the run is still listed, with the reason
-        problems.append(f"run.yaml is unreadable: {clip_message(str(exc), 200)}")
-    status = read_trainer_status(run_dir / TRAINER_STATUS_FILE).status or TrainerStatus()
-    phase, step, heartbeat = status.phase, status.step, status.heartbeat
-    supervisor = (_live_supervisors() if supervisors is None else supervisors).get(str(run_dir))
-    job = _submitted_job(run_dir)
-    if job is not None:
-        fields.update(launcher=job.launcher, job_id=job.job_id, job_address=job.address)
-    ended_at: float | None = None
-    if phase in _ENDED_BY_PHASE:
-        state = _ENDED_BY_PHASE[phase]
-        cause = f"{REBUILT_CAUSE}; the trainer recorded phase '{phase}'"
-        if state == RunState.FAILED and status.error:
-            cause += f": {status.error}"
-        ended_at = float(heartbeat) if heartbeat else created
-    elif supervisor is not None:
-        state = RunState.RUNNING if phase else RunState.STARTING
-        cause = f"{REBUILT_CAUSE}; its supervisor (pid {supervisor[0]}) is still running"
-    elif job is not None and job.job_id is not None:
-        # Its supervisor runs in a cluster job: the scheduler says (at the next status) whether it still goes.
-        state = RunState.RUNNING if phase else RunState.STARTING
-        cause = f"{REBUILT_CAUSE}; its {job.launcher} job {job.job_id} is asked how it goes"
-    else:
-        state = RunState.FAILED
-        last = f" (last trainer phase '{phase}', step {step})" if phase else ""
-        cause = f"{REBUILT_CAUSE}; how it ended was not recorded and no supervisor of it is running{last}"
-        ended_at = float(heartbeat) if heartbeat else created
-    if problems:
-        cause += "; " + "; ".join(problems)
-    return RunRecord(
-        run_id=run_dir.name,
-        state=state,
-        cause=cause,
-        created_at=created,
-        updated_at=time.time(),
-        running_at=None if state == RunState.STARTING else created,
-        ended_at=ended_at if state in TERMINAL_STATES else None,
-        run_dir=str(run_dir),
-        config_path=str(config_path),
-        supervisor_pid=supervisor[0] if supervisor else None,
-        supervisor_create_time=supervisor[1] if supervisor else None,
-        **fields,
-    )
-
-
-def _submitted_job(run_dir: Path) -> Submission | None:
-    """The cluster job a run was submitted as (its launcher's submission.json), if any."""
-    try:
-        return Submission.model_validate_json((run_dir / SUBMISSION_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _first_written(run_dir: Path) -> float:
-    """When the run started, as near as its files tell (the oldest modification time)."""
-    times = []
-    for path in (run_dir, *run_dir.iterdir(), *(run_dir / "logs").glob("*")):
-        try:
-            times.append(path.stat().st_mtime)
-        except OSError:
-            continue
-    return min(times, default=time.time())
-
-
-def _live_supervisors() -> dict[str, tuple[int, float]]:
-    """(pid, start time) of every running run supervisor, by the run dir its command line names
-    (`python -m mcp_rl.supervisor --run-dir <dir>`)."""
-    found: dict[str, tuple[int, float]] = {}
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
-        cmdline = proc.info.get("cmdline") or []
-        if "mcp_rl.supervisor" in cmdline and "--run-dir" in cmdline[:-1]:
-            found[cmdline[cmdline.index("--run-dir") + 1]] = (proc.pid, proc.info["create_time"])
-    return found

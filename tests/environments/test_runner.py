@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_rl.environments.runner import _hand_over_once
+from mcp_rl.environments.atropos_hooks import hand_over_once
 
 
 class Auto:
@@ -18,7 +18,7 @@ class Auto:
 
 def test_the_first_plain_load_of_the_same_name_gets_the_prewarmed_tokenizer_and_later_ones_load() -> None:
     prewarmed = object()
-    _hand_over_once(Auto, "org/tok", prewarmed)
+    hand_over_once(Auto, "org/tok", prewarmed)
     assert Auto.from_pretrained("org/tok", use_fast=False) is not prewarmed  # other options: a real load
     assert Auto.from_pretrained("other/tok") is not prewarmed
     assert Auto.from_pretrained("org/tok") is prewarmed

@@ -75,7 +75,7 @@ OUR_CODE = {
     "mcp_rl/inference_test/service.py:start_test": "the smoke-test worker (mcp-rl's code; it holds the OpenRouter "
     "key for its gateway); the environment it runs gets user_code_env",
     "mcp_rl/weights/jobs.py:start": "the export worker (mcp-rl's code; it needs the Hub token)",
-    "mcp_rl/supervisor/service.py:_launch_supervisor": "the run's supervisor (mcp-rl's code): the trainer needs "
+    "mcp_rl/supervisor/start.py:_launch_supervisor": "the run's supervisor (mcp-rl's code): the trainer needs "
     "the keys; the environment process it starts gets user_code_env (supervisor/launch.py)",
     "mcp_rl/supervisor/reconcile.py:launch_stopper": "the detached stopper of a run (mcp-rl's code; it runs no user code)",
     "mcp_rl/supervisor/supervisor.py:RunSupervisor._spawn": "the run's three processes, each with the env "
@@ -189,7 +189,7 @@ def test_every_caller_of_a_starter_that_takes_its_env_passes_the_allow_list() ->
 def test_keys_reach_a_child_only_where_our_own_code_runs() -> None:
     """`Settings.child_env` (our keys) is used only by the starts of mcp-rl's own programs."""
     allowed = {
-        "mcp_rl/supervisor/service.py",  # the supervisor, and a cluster job that runs it
+        "mcp_rl/supervisor/start.py",  # the supervisor, and a cluster job that runs it
         "mcp_rl/supervisor/reconcile.py",  # a supervisor restarted
         "mcp_rl/supervisor/launch.py",  # the trainer (not the environment, not run-api)
         "mcp_rl/evaluation/serving.py",  # our model server

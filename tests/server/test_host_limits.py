@@ -15,7 +15,7 @@ from mcp import Client
 
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import service
+from mcp_rl.supervisor import service, start
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import FIXTURES, make_env
 from tests.kit.runs import run_record
@@ -121,7 +121,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Everything of rl_start_training except spawning the supervisor (that is the e2e tier's)."""
     launched: list[str] = []
     monkeypatch.setattr(
-        service, "_launch_supervisor", lambda settings, registry, run_id, run_dir: launched.append(run_id)
+        start, "_launch_supervisor", lambda settings, registry, run_id, run_dir: launched.append(run_id)
     )
     return launched
 

@@ -229,7 +229,7 @@ async def test_a_new_run_starts_from_a_kept_checkpoint_of_an_earlier_run(home: P
 
 def test_the_start_from_run_option_binds_a_new_run_to_the_earlier_checkpoint(home: Path, tokenizer: Path) -> None:
     from mcp_rl.config import RunOptions, Session
-    from mcp_rl.supervisor.service import _with_start_checkpoint
+    from mcp_rl.supervisor.start import _with_start_checkpoint
 
     with serve(str(tokenizer)) as server:
         settings, paths = _setup(home, server, tokenizer)

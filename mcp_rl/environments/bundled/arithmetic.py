@@ -8,41 +8,24 @@ from (a format the model never hits gives reward 0 everywhere and nothing to lea
 
 Works with both Atropos server types: `sglang` (the trainer's inference server; token ids and
 sampler logprobs flow back for training) and `openai` (any OpenAI-compatible endpoint, for
-smoke tests in `process` mode; the completion text is tokenized locally).
+smoke tests in `process` mode; the completion text is tokenized locally), as every single-turn
+environment does (mcp_rl.environments.single_turn).
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
-from collections.abc import Callable
 from typing import Any
 
-from atroposlib.envs.base import (
-    APIServerConfig,
-    BaseEnv,
-    BaseEnvConfig,
-    ScoredDataGroup,
-)
+from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, model_validator
 
-from mcp_rl.models import default_model_dir
-from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB, groups_already_trained
-from mcp_rl.settings import Settings
+from mcp_rl.environments.single_turn import SingleTurnEnv
 
 SYSTEM_PROMPT = "You are a calculator. Reply with only the result."
 FEW_SHOT = (("3 + 4", "7"), ("12 + 5", "17"))
 _ANSWER = re.compile(r"^\s*(-?\d+)\s*\.?\s*$")
-
-
-def default_tokenizer() -> str:
-    """The embedded model's folder in the mcp-rl state dir (run.yaml always sets it anyway)."""
-    return str(default_model_dir(Settings.from_env()))
-
-
-# Held-out requests in flight at once in evaluate() (the server batches what arrives together).
-EVAL_CONCURRENCY = 64
 
 
 class ArithmeticEnvConfig(BaseEnvConfig):
@@ -141,68 +124,7 @@ def score_answer(text: str, answer: int) -> float:
     return 1.0 if match is not None and int(match.group(1)) == answer else 0.0
 
 
-def local_server_config(tokenizer: str) -> APIServerConfig:
-    """The trainer's inference server (run.yaml sets the real address and model)."""
-    return APIServerConfig(
-        model_name="default",
-        base_url="http://127.0.0.1:8001/v1",
-        api_key="x",
-        server_type="sglang",
-        tokenizer_name=tokenizer,
-        health_check=False,
-    )
-
-
-Rollout = tuple[list[int], list[int], list[float] | None, str]
-
-
-def scored_group(
-    rollouts: list[Rollout],
-    messages: list[dict[str, str]],
-    reward: Callable[[str], float],
-    group_size: int,
-    rewards_seen: list[float],
-) -> ScoredDataGroup | None:
-    """The group Atropos trains on, from (prompt tokens, completion tokens, logprobs, text)
-    rollouts: None unless every rollout produced tokens. Rewards are also appended to
-    `rewards_seen` (the train accuracy logged next)."""
-    group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[], inference_logprobs=[])
-    with_logprobs = True
-    for prompt, completion, logprobs, text in rollouts:
-        if not completion:
-            continue
-        score = reward(text)
-        rewards_seen.append(score)
-        group["tokens"].append(prompt + completion)
-        group["masks"].append([MASKED] * len(prompt) + completion)
-        group["scores"].append(score)
-        group["messages"].append(messages + [{"role": "assistant", "content": text}])
-        if logprobs is None:
-            with_logprobs = False
-        else:
-            group["inference_logprobs"].append([PROMPT_LOGPROB] * len(prompt) + logprobs)
-    if len(group["tokens"]) != group_size:
-        return None
-    if not with_logprobs:
-        group["inference_logprobs"] = None
-    return group
-
-
-def with_accuracy(
-    wandb_metrics: dict[str, Any] | None, rewards_seen: list[float], eval_metrics: list[tuple[str, float]]
-) -> dict[str, Any]:
-    """`wandb_metrics` plus train/percent_correct since the last call and the pending eval
-    metrics; both lists are emptied."""
-    metrics = dict(wandb_metrics or {})
-    if rewards_seen:
-        metrics["train/percent_correct"] = sum(rewards_seen) / len(rewards_seen)
-        rewards_seen.clear()
-    metrics.update(eval_metrics)
-    eval_metrics.clear()
-    return metrics
-
-
-class ArithmeticEnv(BaseEnv):
+class ArithmeticEnv(SingleTurnEnv):
     """Add two small numbers; reward 1 for exactly the right answer and nothing else."""
 
     name = "arithmetic"
@@ -212,16 +134,13 @@ class ArithmeticEnv(BaseEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.config: ArithmeticEnvConfig = config
         self.train_problems, self.eval_problems = make_problems(config)
-        self._rng = random.Random(config.problem_seed + 1)
-        self._order: list[int] = []
-        self._correct_buffer: list[float] = []
-        self.eval_metrics: list[tuple[str, float]] = []
+
+    def order_seed(self) -> int:
+        return self.config.problem_seed + 1
 
     @classmethod
-    def config_init(cls) -> tuple[ArithmeticEnvConfig, list[APIServerConfig]]:
-        tokenizer = default_tokenizer()
-        env_config = ArithmeticEnvConfig(
-            tokenizer_name=tokenizer,
+    def default_settings(cls) -> dict[str, Any]:
+        return {
             # 4 answers per problem, 8 problems per 32-sequence batch. The local trainer runs a
             # group's shared prompt once, so answers 3 and 4 of a problem cost almost nothing
             # (6.4-6.9 s a step, against 6.3 s for 8 problems x 2). They give far more groups
@@ -229,118 +148,23 @@ class ArithmeticEnv(BaseEnv):
             # (bench/bench_trainer.py), 7 of 7 runs reached a 5-step mean reward of 0.8 by step
             # 10-19, against 3 of 6 by step 30 with 2 answers. Fewer problems per step (4 x 4 in
             # 16) was worse: a step's reward then mostly says which problems it drew.
-            group_size=4,
-            use_wandb=False,
-            rollout_server_url="http://127.0.0.1:8000",
-            total_steps=30,
-            batch_size=32,
-            steps_per_eval=1000000,
-            max_token_length=256,
-            max_num_workers=4,
-            wandb_name="arithmetic",
+            "group_size": 4,
+            "total_steps": 30,
+            "steps_per_eval": 1000000,
+            "max_token_length": 256,
             # Keep every group: the trainer's reward curve then shows the policy's true success
             # rate (dropping all-equal groups would hide the start and the end of learning).
-            ensure_scores_are_not_same=False,
-        )
-        return env_config, [local_server_config(tokenizer)]
+            "ensure_scores_are_not_same": False,
+        }
 
     async def setup(self) -> None:
         """Nothing to download: the problems were generated in __init__."""
 
-    # --- items ------------------------------------------------------------------------------
-    async def get_next_item(self) -> dict[str, Any]:
-        if not getattr(self, "_resume_skipped", False):
-            # A resumed run continues its data order: the items its trained steps used are skipped.
-            self._resume_skipped = True
-            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
-                await self.get_next_item()
-        if not self._order:
-            self._order = list(range(len(self.train_problems)))
-            self._rng.shuffle(self._order)
-        return self.train_problems[self._order.pop()]
+    def messages(self, item: dict[str, Any]) -> list[dict[str, str]]:
+        return build_messages(item, self.config.few_shot)
 
-    def _prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def _returns_tokens(self) -> bool:
-        """True when the server answers with token ids and logprobs (sglang/vllm/trl types)."""
-        server = self.server.servers[0] if getattr(self.server, "servers", None) else None
-        server_type = getattr(getattr(server, "config", None), "server_type", "openai")
-        return server_type != "openai"
-
-    async def _rollouts(
-        self, messages: list[dict[str, str]], n: int, *, temperature: float, split: str
-    ) -> list[tuple[list[int], list[int], list[float] | None, str]]:
-        """n completions as (prompt tokens, completion tokens, completion logprobs, text)."""
-        if self._returns_tokens():
-            prompt = self._prompt_tokens(messages)
-            prompt_tokens, outputs, logprobs, _ = await self.server.tokens_and_logprobs_completion(
-                input_ids=prompt,
-                n=n,
-                max_tokens=self.config.max_new_tokens,
-                temperature=temperature,
-                split=split,
-            )
-            return [
-                (
-                    list(prompt_tokens),
-                    list(out),
-                    [float(x) for x in lps],
-                    self.tokenizer.decode(out, skip_special_tokens=True),
-                )
-                for out, lps in zip(outputs, logprobs, strict=True)
-            ]
-        completion = await self.server.chat_completion(
-            messages=messages,
-            n=n,
-            max_tokens=self.config.max_new_tokens,
-            temperature=temperature,
-            split=split,
-        )
-        prompt = self._prompt_tokens(messages)
-        results: list[tuple[list[int], list[int], list[float] | None, str]] = []
-        for choice in completion.choices:
-            text = choice.message.content or ""
-            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
-            if self.tokenizer.eos_token_id is not None and choice.finish_reason == "stop":
-                tokens.append(self.tokenizer.eos_token_id)
-            results.append((prompt, tokens, None, text))
-        return results
-
-    async def collect_trajectories(self, item: dict[str, Any]) -> tuple[ScoredDataGroup | None, list[Any]]:
-        messages = build_messages(item, self.config.few_shot)
-        rollouts = await self._rollouts(
-            messages, self.config.group_size, temperature=self.config.temperature, split="train"
-        )
-        group = scored_group(
-            rollouts,
-            messages,
-            lambda text: score_answer(text, item["answer"]),
-            self.config.group_size,
-            self._correct_buffer,
-        )
-        return group, []
-
-    # --- evaluation and logging -------------------------------------------------------------
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Greedy answers on the held-out problems -> eval/percent_correct. The requests go out
-        together (at most EVAL_CONCURRENCY at a time), so a batching server answers them in a few
-        batches: one at a time, 201 problems took 114 s on 2 cores instead of seconds."""
-        gate = asyncio.Semaphore(EVAL_CONCURRENCY)
-
-        async def one(problem: dict[str, Any]) -> float:
-            async with gate:
-                rollouts = await self._rollouts(
-                    build_messages(problem, self.config.few_shot), 1, temperature=0.0, split="eval"
-                )
-            return score_answer(rollouts[0][3], problem["answer"]) if rollouts else 0.0
-
-        scores = await asyncio.gather(*(one(problem) for problem in self.eval_problems))
-        self.eval_metrics.append(("eval/percent_correct", sum(scores) / len(self.eval_problems)))
-
-    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        await super().wandb_log(with_accuracy(wandb_metrics, self._correct_buffer, self.eval_metrics))
+    def score(self, text: str, item: dict[str, Any]) -> float:
+        return score_answer(text, item["answer"])
 
 
 if __name__ == "__main__":

@@ -25,274 +25,29 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from atroposlib.envs.base import (
-    APIServerConfig,
-    BaseEnv,
-    BaseEnvConfig,
-    ScoredDataGroup,
-)
+from atroposlib.envs.base import APIServerConfig, BaseEnv, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
-from pydantic import Field
 
-from mcp_rl.environments.gem_returns import (
-    discounted_returns,
-    episode_success,
-    token_entropy_estimate,
-    training_rewards,
+from mcp_rl.environments.gem_config import GemEnvConfig, eval_seeds, resolve_profile
+from mcp_rl.environments.gem_episodes import (
+    TEXT_TEMPLATES,
+    Counters,
+    Episode,
+    EpisodeFailed,
+    Prompt,
+    Turn,
+    render,
+    root_cause,
 )
+from mcp_rl.environments.gem_returns import discounted_returns, episode_success, training_rewards
 from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB, REBN_OVER_BATCH
 
 log = logging.getLogger("mcp_rl.gem_env")
 
 # Rounds of `num_envs` episodes a group may take before it is given up (every episode failing).
 MAX_EMPTY_ROUNDS = 3
-
-Template = Literal["qwen3_game", "qwen3_general", "qwen3_game_prefill", "chat", "no"]
-# Templates that render raw ChatML text; OpenAI-type servers get them as text completions.
-TEXT_TEMPLATES = ("qwen3_game", "qwen3_general", "qwen3_game_prefill")
-Profile = Literal["auto", "local", "tinker"]
-# What template, max_tokens_per_turn, num_envs and max_turns are when a run leaves them unset.
-PROFILES: dict[str, dict[str, Any]] = {
-    # The embedded 135M model on 2 CPU cores: short prefilled answers, few episodes at once.
-    "local": {"template": "qwen3_game_prefill", "max_tokens_per_turn": 16, "num_envs": 4, "max_turns": 10},
-    # GEM's Tinker recipe for games (tinker-cookbook recipes/gem_rl): the qwen3_game prompt, long
-    # turns to reason in, 64 environments in parallel, and no turn cap besides the game's own.
-    "tinker": {"template": "qwen3_game", "max_tokens_per_turn": 1024, "num_envs": 64, "max_turns": None},
-}
-
-
-# --- templates --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Prompt:
-    """One turn's prompt: the text given to the model, the user message (chat servers), what
-    the assistant turn starts with (part of the prompt, prepended to the action) and stops."""
-
-    text: str
-    user: str
-    prefill: str = ""
-    stop: tuple[str, ...] = ()
-
-
-def _game_user(observation: str, *, reason: bool) -> str:
-    ask = (
-        "Please reason step by step, and put your final answer within \\boxed{}."
-        if reason
-        else ("Put your final answer within \\boxed{}.")
-    )
-    return f"You are playing language games. Make valid actions to win.\nObservation: {observation}\n{ask}"
-
-
-def _chatml(user: str, prefill: str = "") -> str:
-    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{prefill}"
-
-
-def render(template: str, observation: str, tokenizer: Any) -> Prompt:
-    """The recipe's templates (qwen3_game, qwen3_general, no), a prefilled short-answer variant
-    for small models, and `chat`: the model's own chat template around the game prompt."""
-    if template == "qwen3_game":
-        user = _game_user(observation, reason=True)
-        return Prompt(text=_chatml(user), user=user)
-    if template == "qwen3_general":
-        user = f"Question: {observation}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-        return Prompt(text=_chatml(user), user=user)
-    if template == "qwen3_game_prefill":
-        user = _game_user(observation, reason=False)
-        return Prompt(text=_chatml(user, "\\boxed{"), user=user, prefill="\\boxed{", stop=("}",))
-    if template == "chat":
-        user = _game_user(observation, reason=True)
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-        )
-        return Prompt(text=text, user=user)
-    if template == "no":
-        return Prompt(text=observation, user=observation)
-    raise ValueError(f"unknown template {template!r}")
-
-
-# --- the config -------------------------------------------------------------------------------
-class GemEnvConfig(BaseEnvConfig):
-    env_id: str = Field(
-        "game:GuessTheNumber-v0-easy",
-        description="GEM environment id (rl_list_environments(filter='game') lists them), e.g. game:Wordle-v0-easy.",
-    )
-    env_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description='Extra keyword arguments for gem.make, e.g. {"max_turns": 6}.'
-    )
-    profile: Profile = Field(
-        "auto",
-        description="Defaults of template, max_tokens_per_turn, num_envs and max_turns when they are left unset: "
-        "local (small CPU model: qwen3_game_prefill, 16 tokens per turn, 4 envs, 10 turns) or tinker (GEM's Tinker "
-        "recipe: qwen3_game, 1024 tokens per turn, 64 envs, no turn cap). auto: local when the run's model is a "
-        "local folder, tinker when it is a hub model name (the Tinker backend).",
-    )
-    num_envs: int | None = Field(
-        None, ge=1, le=256, description="Episodes played in parallel while a group is collected (unset: the profile's)."
-    )
-    wrappers: str = Field(
-        "concat",
-        description="Comma-separated GEM wrappers, applied in order: concat (observation keeps the history), "
-        "concat_with_action, concat_chat, concat_chat_on_reset, python_tool, episode_tracking; '' for none.",
-    )
-    template: Template | None = Field(
-        None,
-        description="Observation template (unset: the profile's). qwen3_game / qwen3_general: the recipe's Qwen3 chat prompts asking for "
-        "step-by-step reasoning and a \\boxed{} answer (use with larger models and max_tokens_per_turn ~2048); "
-        "qwen3_game_prefill: the game prompt with the answer started as \\boxed{ and cut at } (short answers, "
-        "small models); chat: the model's own chat template; no: the raw observation.",
-    )
-    gamma: float = Field(0.9, ge=0.0, le=1.0, description="Discount of per-turn returns: G_t = r_t + gamma * G_{t+1}.")
-    batch_normalize: bool = Field(
-        True, description="ReBN: normalise returns to zero mean, unit std across the transitions of a group."
-    )
-    max_turns: int | None = Field(
-        None,
-        ge=1,
-        le=1000,
-        description="Turns after which an episode is cut (the GEM environment's own limit applies "
-        "first; unset: the profile's, none on tinker).",
-    )
-    max_tokens_per_turn: int | None = Field(
-        None, ge=1, le=32768, description="Most tokens the policy samples per turn (unset: the profile's)."
-    )
-    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the policy's actions.")
-    success_reward: float = Field(
-        1.0, description="An episode counts as a success when its last reward is at least this (GEM's win reward)."
-    )
-    partial_credit: bool = Field(
-        True,
-        description="Train on GEM's rewards as given, including partial credit for a near miss (GuessTheNumber "
-        "pays 1 - distance/range at the turn limit). false: only wins (and penalties) carry reward, which "
-        "stops a safe near-miss from paying almost as well as winning; metrics still report GEM's own returns.",
-    )
-    eval_episodes: int = Field(16, ge=0, le=10_000, description="Episodes played (greedily) by each evaluation.")
-    seed: int = Field(
-        0,
-        ge=0,
-        lt=500_000_000,
-        description="Seed of the training episodes' starting states (episode i uses seed + i; evaluation plays "
-        "its own fixed seeds from 1e9).",
-    )
-
-
-# Evaluation plays seeds EVAL_SEED_BASE, EVAL_SEED_BASE + 1, ...: the same games every evaluation
-# and far from the training seeds (`seed`, `seed + 1`, ... one per episode played).
-EVAL_SEED_BASE = 1_000_000_000
-
-
-def eval_seeds(episodes: int) -> list[int]:
-    return [EVAL_SEED_BASE + i for i in range(episodes)]
-
-
-def resolve_profile(config: GemEnvConfig) -> GemEnvConfig:
-    """`config` with the unset fields filled from its profile (auto: by where the model lives)."""
-    profile = config.profile
-    if profile == "auto":
-        profile = "local" if Path(str(config.tokenizer_name)).expanduser().is_dir() else "tinker"
-    defaults = PROFILES[profile]
-    unset = {name: value for name, value in defaults.items() if getattr(config, name) is None}
-    return config.model_copy(update={**unset, "profile": profile})
-
-
-# --- episodes ---------------------------------------------------------------------------------
-@dataclass
-class Turn:
-    observation: str
-    prompt_tokens: list[int]
-    action_tokens: list[int]
-    # None when the server gives no logprobs (OpenAI-type servers in smoke tests).
-    action_logprobs: list[float] | None
-    action_text: str
-    reward: float
-    unfinished: bool  # cut by max_tokens_per_turn
-
-
-@dataclass
-class Episode:
-    seed: int
-    turns: list[Turn] = field(default_factory=list)
-    cut: str | None = None  # why we ended it before GEM did ("max_turns", "context")
-    final_observation: str = ""
-
-    @property
-    def rewards(self) -> list[float]:
-        return [t.reward for t in self.turns]
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """The error under Atropos's retry wrapper (tenacity's RetryError says nothing by itself)."""
-    last = getattr(exc, "last_attempt", None)
-    if last is not None and getattr(last, "failed", False):
-        inner = last.exception()
-        if inner is not None:
-            return inner
-    return exc
-
-
-class EpisodeFailed(Exception):
-    """The GEM environment or the policy's server failed mid-episode; the episode is dropped."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass
-class Counters:
-    """What happened since the last metrics line (and dropped episodes since the start)."""
-
-    returns: list[float] = field(default_factory=list)
-    successes: list[float] = field(default_factory=list)
-    turns: list[int] = field(default_factory=list)
-    action_tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    unfinished: list[float] = field(default_factory=list)
-    cut: int = 0
-    dropped_total: int = 0
-    dropped_by_reason: dict[str, int] = field(default_factory=dict)
-
-    def add(self, episode: Episode, success_reward: float) -> None:
-        self.returns.append(sum(episode.rewards))
-        self.successes.append(1.0 if episode_success(episode.rewards, success_reward) else 0.0)
-        self.turns.append(len(episode.turns))
-        self.action_tokens.append(sum(len(t.action_tokens) for t in episode.turns))
-        for turn in episode.turns:
-            if turn.action_logprobs is not None:
-                self.logprobs.extend(turn.action_logprobs)
-            self.unfinished.append(1.0 if turn.unfinished else 0.0)
-        if episode.cut:
-            self.cut += 1
-
-    def drain(self) -> dict[str, float]:
-        def mean(values: list[float] | list[int]) -> float:
-            return float(sum(values)) / len(values)
-
-        out: dict[str, float] = {
-            "gem/dropped_episodes": float(self.dropped_total),
-            **{f"gem/dropped/{reason}": float(n) for reason, n in self.dropped_by_reason.items()},
-        }
-        if self.returns:
-            out.update(
-                {
-                    "gem/episodes": float(len(self.returns)),
-                    "gem/episode_return": mean(self.returns),
-                    "gem/success_rate": mean(self.successes),
-                    "gem/turns_per_episode": mean(self.turns),
-                    "gem/action_tokens": mean(self.action_tokens),
-                    "gem/unfinished_turns": mean(self.unfinished) if self.unfinished else 0.0,
-                    "gem/cut_episodes": float(self.cut),
-                    # The recipe's percent-correct for GEM: what rl_check_status shows.
-                    "train/percent_correct": mean(self.successes),
-                }
-            )
-            if self.logprobs:
-                out["gem/token_entropy"] = token_entropy_estimate(self.logprobs)
-        self.returns, self.successes, self.turns, self.action_tokens = [], [], [], []
-        self.logprobs, self.unfinished, self.cut = [], [], 0
-        return out
 
 
 # --- the environment --------------------------------------------------------------------------
@@ -463,7 +218,7 @@ class GemEnv(BaseEnv):
                 try:
                     tokens, logprobs, text, unfinished = await self._sample(prompt, split)
                 except Exception as exc:
-                    cause = _root_cause(exc)
+                    cause = root_cause(exc)
                     raise EpisodeFailed(f"sampling failed: {type(cause).__name__}: {cause}") from exc
                 if not tokens:
                     raise EpisodeFailed("the server returned an empty action")

@@ -10,33 +10,21 @@ with an error naming the dataset; `data_path` points at a local JSONL file of
 
 The model is asked to end with `#### <number>`; the reward is 1 when the number after the last
 `####` (else the last number in the reply) equals the reference. Rollouts work with both Atropos
-server types, as in the arithmetic environment (whose sampling code this reuses).
+server types, as in every single-turn environment (mcp_rl.environments.single_turn).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import (
-    APIServerConfig,
-    BaseEnv,
-    BaseEnvConfig,
-    ScoredDataGroup,
-)
+from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field
 
-from mcp_rl.environments.bundled.arithmetic import (
-    ArithmeticEnv,
-    default_tokenizer,
-    local_server_config,
-    scored_group,
-    with_accuracy,
-)
+from mcp_rl.environments.single_turn import SingleTurnEnv
 
 SYSTEM_PROMPT = (
     "Solve the math word problem. Reason step by step, then give the final answer on its own line as '#### <number>'."
@@ -132,71 +120,28 @@ def load_problems(config: GSM8KEnvConfig) -> tuple[list[dict[str, str]], list[di
     return train, test[: config.eval_size]
 
 
-class GSM8KEnv(BaseEnv):
+class GSM8KEnv(SingleTurnEnv):
     """GSM8K math word problems (openai/gsm8k from the hub); reward 1 for the right final number."""
 
     name = "gsm8k"
     env_config_cls = GSM8KEnvConfig
 
-    # Sampling (token ids and logprobs from sglang-type servers, text from openai-type ones) is
-    # the arithmetic environment's; these methods only read config.max_new_tokens and the server.
-    _prompt_tokens = ArithmeticEnv._prompt_tokens
-    _returns_tokens = ArithmeticEnv._returns_tokens
-    _rollouts = ArithmeticEnv._rollouts
-    # A shuffled pass over train_problems, then another (same attributes as arithmetic's).
-    get_next_item = ArithmeticEnv.get_next_item
-
     def __init__(self, config: GSM8KEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: GSM8KEnvConfig = config
-        self.train_problems: list[dict[str, str]] = []
-        self.eval_problems: list[dict[str, str]] = []
-        self._rng = random.Random(config.seed)
-        self._order: list[int] = []
-        self._correct_buffer: list[float] = []
-        self.eval_metrics: list[tuple[str, float]] = []
 
     @classmethod
-    def config_init(cls) -> tuple[GSM8KEnvConfig, list[APIServerConfig]]:
-        tokenizer = default_tokenizer()
-        env_config = GSM8KEnvConfig(
-            tokenizer_name=tokenizer,
-            group_size=8,
-            use_wandb=False,
-            rollout_server_url="http://127.0.0.1:8000",
-            total_steps=100,
-            batch_size=32,
-            steps_per_eval=25,
-            max_token_length=1024,
-            max_num_workers=4,
-            wandb_name="gsm8k",
-        )
-        return env_config, [local_server_config(tokenizer)]
+    def default_settings(cls) -> dict[str, Any]:
+        return {"group_size": 8, "total_steps": 100, "steps_per_eval": 25, "max_token_length": 1024}
 
     async def setup(self) -> None:
         self.train_problems, self.eval_problems = load_problems(self.config)
 
-    async def collect_trajectories(self, item: dict[str, str]) -> tuple[ScoredDataGroup | None, list[Any]]:
-        messages = build_messages(item["question"])
-        rollouts = await self._rollouts(
-            messages, self.config.group_size, temperature=self.config.temperature, split="train"
-        )
-        group = scored_group(
-            rollouts, messages, lambda text: score(text, item["answer"]), self.config.group_size, self._correct_buffer
-        )
-        return group, []
+    def messages(self, item: dict[str, str]) -> list[dict[str, str]]:
+        return build_messages(item["question"])
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Greedy answers on the first eval_size test problems -> eval/percent_correct."""
-        correct = 0.0
-        for problem in self.eval_problems:
-            rollouts = await self._rollouts(build_messages(problem["question"]), 1, temperature=0.0, split="eval")
-            correct += score(rollouts[0][3], problem["answer"]) if rollouts else 0.0
-        if self.eval_problems:
-            self.eval_metrics.append(("eval/percent_correct", correct / len(self.eval_problems)))
-
-    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        await super().wandb_log(with_accuracy(wandb_metrics, self._correct_buffer, self.eval_metrics))
+    def score(self, text: str, item: dict[str, str]) -> float:
+        return score(text, item["answer"])
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -35,7 +34,7 @@ from mcp_rl.environments.mcp_family.chat_episode import ChatTurn, episode_facts,
 from mcp_rl.environments.mcp_family.episode import EndReason, Sample, Trajectory, run_episode, scored_group
 from mcp_rl.environments.mcp_family.judge import Judge, JudgeReply, JudgeUnavailable, OpenRouterJudge, SpendFile
 from mcp_rl.environments.mcp_family.taskfile import LOCAL_JUDGE, JudgeSpec, McpTask, Scenario, load
-from mcp_rl.scored_data import groups_already_trained
+from mcp_rl.environments.training_order import TrainingOrder
 
 log = logging.getLogger("mcp_rl.mcp_env")
 LOCAL_MODEL_NAME = "local"  # the smoke test's name for the local model (mcp_rl.inference_test.runner)
@@ -109,11 +108,9 @@ class McpEnv(BaseEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.config: McpEnvConfig = config
         self.task: McpTask | None = None
-        self._rng = random.Random(config.seed)
-        self._order: list[int] = []
+        self._order = TrainingOrder(config.seed)
         self._counters = Counters()
         self._eval_metrics: dict[str, float] = {}
-        self._resume_skipped = False
         self.judge: Judge | None = None
 
     @classmethod
@@ -179,14 +176,14 @@ class McpEnv(BaseEnv):
 
     async def get_next_item(self) -> Scenario:
         task = self._task()
-        if not self._resume_skipped:
-            self._resume_skipped = True  # a resumed run continues its data order
-            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
-                await self.get_next_item()
-        if not self._order:
-            self._order = list(range(len(task.train)))
-            self._rng.shuffle(self._order)
-        return task.train[self._order.pop()]
+        # A resumed run continues its data order (the single-turn environments' training order).
+        self._order.skip_trained(
+            self.curr_step,
+            self.config.batch_size,
+            self.config.group_size,
+            lambda: self._order.next_index(len(task.train)),
+        )
+        return task.train[self._order.next_index(len(task.train))]
 
     # --- sampling ---------------------------------------------------------------------------
     def _policy(self, split: str) -> Any:

@@ -39,7 +39,8 @@ from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from mcp_rl.environments import families
-from mcp_rl.environments.bundled.gem_env import EpisodeFailed, GemEnv, GemEnvConfig
+from mcp_rl.environments.bundled.gem_env import GemEnv, GemEnvConfig
+from mcp_rl.environments.gem_episodes import EpisodeFailed
 from mcp_rl.environments.openenv_actions import ActionError, action_hint, observation_text, parse_action
 from mcp_rl.ports import allocate_ports
 from mcp_rl.settings import Settings

@@ -21,20 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
+from collections.abc import Callable
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, field_validator, model_validator
 
-from mcp_rl.environments.bundled.arithmetic import (
-    ArithmeticEnv,
-    default_tokenizer,
-    local_server_config,
-    scored_group,
-)
 from mcp_rl.environments.rg_spec import PREFIX, held_out_counts, parse_spec
-from mcp_rl.scored_data import groups_already_trained
+from mcp_rl.environments.single_turn import SingleTurnEnv
 
 # The default system prompt: reasoning-gym's own "direct" prompt (answer inside the tags).
 SYSTEM_PROMPT = (
@@ -122,16 +116,11 @@ def make_datasets(config: ReasoningGymConfig) -> tuple[dict[str, Any], dict[str,
     return train, held
 
 
-class ReasoningGymEnv(BaseEnv):
+class ReasoningGymEnv(SingleTurnEnv):
     """reasoning-gym datasets and mixtures; rewards are the datasets' own scores (0..1)."""
 
     name = "reasoning_gym"
     env_config_cls = ReasoningGymConfig
-
-    # Sampling (both Atropos server types) is arithmetic's.
-    _prompt_tokens = ArithmeticEnv._prompt_tokens
-    _returns_tokens = ArithmeticEnv._returns_tokens
-    _rollouts = ArithmeticEnv._rollouts
 
     def __init__(self, config: ReasoningGymConfig, server_configs: Any, slurm: bool = False, testing: bool = False):
         super().__init__(config, server_configs, slurm, testing)
@@ -142,28 +131,23 @@ class ReasoningGymEnv(BaseEnv):
             {"dataset": name, "index": i, **ds[i]} for name, ds in self.held_sets.items() for i in range(len(ds))
         ]
         self._held_questions = {item["question"] for item in self.held_out}
-        self._rng = random.Random(config.seed + 1)
         self._next = dict.fromkeys(self.weights, 0)
-        self._rewards: dict[str, list[float]] = {name: [] for name in self.weights}
+        # Training rewards per dataset, in the mixture's order.
+        self._rewards = {name: [] for name in self.weights}
         self._skipped = 0
 
+    def order_seed(self) -> int:
+        return self.config.seed + 1
+
     @classmethod
-    def config_init(cls) -> tuple[ReasoningGymConfig, list[APIServerConfig]]:
-        tokenizer = default_tokenizer()
-        config = ReasoningGymConfig(
-            tokenizer_name=tokenizer,
-            group_size=4,
-            use_wandb=False,
-            rollout_server_url="http://127.0.0.1:8000",
-            total_steps=30,
-            batch_size=32,
-            steps_per_eval=1000000,
-            max_token_length=1024,
-            max_num_workers=4,
-            wandb_name="reasoning_gym",
-            ensure_scores_are_not_same=False,
-        )
-        return config, [local_server_config(tokenizer)]
+    def default_settings(cls) -> dict[str, Any]:
+        return {
+            "group_size": 4,
+            "total_steps": 30,
+            "steps_per_eval": 1000000,
+            "max_token_length": 1024,
+            "ensure_scores_are_not_same": False,
+        }
 
     async def setup(self) -> None:
         """Nothing to download: items are generated as they are drawn."""
@@ -183,10 +167,16 @@ class ReasoningGymEnv(BaseEnv):
             return 0.0
         return min(1.0, max(0.0, value))
 
-    def _draw(self) -> dict[str, Any]:
+    def reward_group(self, item: dict[str, Any]) -> str:
+        return str(item["dataset"])
+
+    def held_out_items(self) -> list[dict[str, Any]]:
+        return self.held_out
+
+    def next_train_item(self) -> dict[str, Any]:
         names = list(self.weights)
         while True:
-            name = self._rng.choices(names, weights=[self.weights[n] for n in names])[0]
+            name = self.order.rng.choices(names, weights=[self.weights[n] for n in names])[0]
             index = self._next[name] % self.config.train_size
             self._next[name] += 1
             item = {"dataset": name, "index": index, "split": "train", **self.train_sets[name][index]}
@@ -194,61 +184,29 @@ class ReasoningGymEnv(BaseEnv):
                 return item
             self._skipped += 1  # a held-out question is never trained on
 
-    async def get_next_item(self) -> dict[str, Any]:
-        if not getattr(self, "_resume_skipped", False):
-            # A resumed run continues its data order: the items its trained steps used are skipped.
-            self._resume_skipped = True
-            for _ in range(groups_already_trained(self.curr_step, self.config.batch_size, self.config.group_size)):
-                self._draw()
+    async def draw(self, next_item: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         # Some datasets take a second or more per item (listed as slow): not on the event loop.
-        return await asyncio.to_thread(self._draw)
+        return await asyncio.to_thread(next_item)
 
-    async def collect_trajectories(self, item: dict[str, Any]) -> tuple[ScoredDataGroup | None, list[Any]]:
-        messages = self.messages(item)
-        rollouts = await self._rollouts(
-            messages, self.config.group_size, temperature=self.config.temperature, split="train"
-        )
-        group = scored_group(
-            rollouts,
-            messages,
-            lambda text: self.score(text, item),
-            self.config.group_size,
-            self._rewards[item["dataset"]],
-        )
-        return group, []
-
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Greedy answers on the held-out items, one sample each (with its dataset)."""
-
-        async def one(item: dict[str, Any]) -> dict[str, Any]:
-            rollouts = await self._rollouts(self.messages(item), 1, temperature=0.0, split="eval")
-            text = rollouts[0][3] if rollouts else ""
-            return {
+    async def report_evaluation(self, items: list[dict[str, Any]], texts: list[str], scores: list[float]) -> None:
+        """One sample per held-out item (with its dataset) through Atropos's evaluate_log, and the
+        figures overall and per dataset."""
+        samples = [
+            {
                 "id": f"{item['dataset']}/{self.config.held_out_seed}+{item['index']}",
                 "dataset": item["dataset"],
                 "question": item["question"],
                 "answer": str(item["answer"]),
                 "response": text,
-                "score": self.score(text, item),
+                "score": score,
             }
-
-        samples = await asyncio.gather(*(one(item) for item in self.held_out))
-        metrics = {"eval/percent_correct": sum(s["score"] for s in samples) / len(samples)}
+            for item, text, score in zip(items, texts, scores, strict=True)
+        ]
+        metrics = {"eval/percent_correct": sum(scores) / len(samples)}
         for name in self.weights:
             mine = [s["score"] for s in samples if s["dataset"] == name]
             metrics[f"eval/{name}/percent_correct"] = sum(mine) / len(mine)
-        await self.evaluate_log(metrics=metrics, samples=list(samples), verbose=False)
-
-    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        metrics = dict(wandb_metrics or {})
-        seen = [r for rewards in self._rewards.values() for r in rewards]
-        if seen:
-            metrics["train/percent_correct"] = sum(seen) / len(seen)
-        for name, rewards in self._rewards.items():
-            if rewards:
-                metrics[f"train/{name}/percent_correct"] = sum(rewards) / len(rewards)
-            rewards.clear()
-        await super().wandb_log(metrics)
+        await self.evaluate_log(metrics=metrics, samples=samples, verbose=False)
 
 
 if __name__ == "__main__":
