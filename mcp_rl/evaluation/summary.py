@@ -19,14 +19,7 @@ from mcp_rl.evaluation.outcomes import (
     read_outcomes,
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
-from mcp_rl.evaluation.verdict import (
-    AnswerShape,
-    ConstantBaseline,
-    answer_shape,
-    learned,
-    shape_warnings,
-    verdict_sentence,
-)
+from mcp_rl.evaluation.verdict import AnswerShape, ConstantBaseline, judge
 from mcp_rl.rundir import eval_outcomes_file
 
 # Evaluations listed (first, last and evenly spaced between): a status call reads each one's file.
@@ -160,10 +153,14 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         )
     except UserError:
         return None
-    constant = read_constant(run_dir, last)
-    top = max([1.0, *base.values(), *now.values()])
-    base_shape = _shape([o for o in rows[first] if o.item in now], top)
-    now_shape = _shape([o for o in rows[last] if o.item in base], top)
+    by_item = {o.item: o for o in rows[first]}
+    paired = [(by_item[o.item], o) for o in rows[last] if o.item in by_item]
+    verdict = judge(
+        result.sentence,
+        [(b.completion, b.score) for b, _ in paired],
+        [(t.completion, t.score) for _, t in paired],
+        read_constant(run_dir, last),
+    )
     return HeldOutSummary(
         n=result.n,
         base_step=first,
@@ -177,21 +174,15 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         test=result.test,
         wins=result.wins,
         losses=result.losses,
-        sentence=verdict_sentence(result.sentence, result.trained_score, constant),
-        learned=learned(result.trained_score, constant),
-        constant_baseline=constant,
-        answers=now_shape,
-        base_answers=base_shape,
-        warnings=shape_warnings(
-            base_shape, now_shape, result.base_score, result.trained_score, learned(result.trained_score, constant)
-        ),
+        sentence=verdict.sentence,
+        learned=verdict.learned,
+        constant_baseline=verdict.constant_baseline,
+        answers=verdict.answers,
+        base_answers=verdict.base_answers,
+        warnings=verdict.warnings,
         groups=_by_group(common, base, now, labels),
         evaluations=points,
     )
-
-
-def _shape(outcomes: list[ItemOutcome], top: float) -> AnswerShape | None:
-    return answer_shape([o.completion for o in outcomes], [o.score for o in outcomes], top)
 
 
 def _by_group(

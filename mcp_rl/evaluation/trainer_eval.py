@@ -36,7 +36,6 @@ from mcp_rl.evaluation.outcomes import (
     write_outcomes,
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
-from mcp_rl.evaluation.verdict import best_constant
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     EVAL_BASE_SCORE_KEY,
@@ -110,12 +109,7 @@ class HeldOutEvaluator:
                 o.completion for o in read_outcomes(eval_outcomes_file(self.run_dir, earlier[0]))
             ]
         try:
-            baseline = best_constant(
-                [item.answer for item in items.items],
-                lambda text, i: items.grade(items.items[i], text),
-                completions,
-                [item.answer for item in items.items] if items.answers_are_references else None,
-            )
+            baseline = items.constant_baseline(completions)
             if baseline is not None:
                 write_constant(self.run_dir, step, baseline)
         except Exception:  # a baseline that cannot be made must not end the run

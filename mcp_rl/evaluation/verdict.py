@@ -168,3 +168,49 @@ def shape_warnings(
             f"correctness: {ADVICE}."
         )
     return out
+
+
+class Verdict(BaseModel):
+    """A held-out comparison read beside its trivial baselines: the one verdict rl_check_status,
+    rl_get_results and rl_evaluate_checkpoint give (`judge` makes it)."""
+
+    sentence: str = Field(description="The paired test's sentence with the constant baseline beside it.")
+    learned: bool | None = Field(
+        description="False: one constant answer given to every item scores as much as the trained model, so the "
+        "figures do not show it learned the task, whatever p says. True: above that baseline. None: no baseline."
+    )
+    constant_baseline: ConstantBaseline | None = Field(
+        description="The best constant answer over these items and what it scores (the trivial baseline)."
+    )
+    answers: AnswerShape | None = Field(
+        description="The trained model's answers: distinct share, most common answer, full/partial credit."
+    )
+    base_answers: AnswerShape | None = Field(description="The same for the base.")
+    warnings: list[str] = Field(
+        description="What the answers show beside the figures (collapse to one answer, a gain made of partial "
+        "credit), each with advice. Report them with the figures."
+    )
+
+
+def judge(
+    sentence: str,
+    base: Sequence[tuple[str, float]],
+    trained: Sequence[tuple[str, float]],
+    constant: ConstantBaseline | None,
+) -> Verdict:
+    """The verdict on paired items: `base` and `trained` are (completion, score) per item, in the
+    same item order; `sentence` is the paired test's."""
+    base_score = sum(s for _, s in base) / len(base) if base else 0.0
+    trained_score = sum(s for _, s in trained) / len(trained) if trained else 0.0
+    top = max([1.0, *(s for _, s in base), *(s for _, s in trained)])
+    base_shape = answer_shape([c for c, _ in base], [s for _, s in base], top)
+    trained_shape = answer_shape([c for c, _ in trained], [s for _, s in trained], top)
+    above = learned(trained_score, constant)
+    return Verdict(
+        sentence=verdict_sentence(sentence, trained_score, constant),
+        learned=above,
+        constant_baseline=constant,
+        answers=trained_shape,
+        base_answers=base_shape,
+        warnings=shape_warnings(base_shape, trained_shape, base_score, trained_score, above),
+    )
