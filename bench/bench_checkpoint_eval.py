@@ -10,10 +10,11 @@ tests/evaluation/checkpoint_runs.py), then on its held-out items (201 at the def
            start to the completed result, and each model's own seconds.
 
 Target (issue 44): the checkpoint's own answering (the trained model's seconds in the result)
-within 1.5x the run's evaluation of the same items. The whole call (two models, two loads, a
-process start) is printed beside it. Exit status 1 if the target is missed.
+within 1.5x the run's evaluation of the same items, the median of alternated rounds (the load of a
+shared machine changes between two measurements). The whole call (two models, two loads, a process
+start) is printed beside it. Exit status 1 if the target is missed or the figures differ.
 
-    flock /tmp/mcp-rl-heavy.lock .venv/bin/python bench/bench_checkpoint_eval.py [--items N] [--keep]
+    flock /tmp/mcp-rl-heavy.lock .venv/bin/python bench/bench_checkpoint_eval.py [--items N] [--rounds 3] [--keep]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ TARGET_RATIO = 1.5
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=None, help="held_out_limit (default: every item)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated run/checkpoint measurements")
     parser.add_argument("--keep", action="store_true", help="keep the home folder")
     args = parser.parse_args()
 
@@ -50,25 +52,31 @@ def main() -> int:
     try:
         config, _ = write_local_checkpoint_run(settings, "bench", model_dir, steps=(2,), held_out_limit=args.items)
         adapter = config.paths.checkpoints_dir / "step_000002" / "adapter"
-        run_s, run_n, run_score = _run_evaluation(config, model_dir, adapter)
-        print(f"run : {run_n} items in {run_s:.1f} s (score {run_score:.3f}; the model already loaded)", flush=True)
-        wall, result = _checkpoint_evaluation(settings, env)
-        models = {m.role: m for m in result.models}
-        trained, base = models["trained"], models["base"]
-        print(
-            f"ckpt: {result.items} items, state {result.state}, {wall:.1f} s wall for both models; trained "
-            f"{trained.seconds} s (score {trained.score}), base {base.seconds} s (score {base.score})",
-            flush=True,
-        )
-        ratio = (trained.seconds or float("inf")) / run_s
-        print(
-            f"ratio: trained model {ratio:.2f}x the run's evaluation (target <= {TARGET_RATIO}); whole call "
-            f"{wall / run_s:.2f}x one run evaluation, {wall / (2 * run_s):.2f}x the run's two (base + trained)",
-            flush=True,
-        )
-        same = trained.score is not None and abs(trained.score - run_score) <= 2 / max(1, run_n)
-        print(f"same figures: {same} (trained {trained.score} vs run {run_score:.3f})")
-        return 0 if result.state == "completed" and ratio <= TARGET_RATIO and same else 1
+        ratios, ok = [], True
+        # Alternated, round after round: on a shared machine the load changes between two measurements.
+        for round_ in range(1, args.rounds + 1):
+            run_s, run_n, run_score = _run_evaluation(config, model_dir, adapter)
+            print(f"[{round_}] run : {run_n} items in {run_s:.1f} s (score {run_score:.3f}; model loaded)", flush=True)
+            wall, result = _checkpoint_evaluation(settings)
+            models = {m.role: m for m in result.models}
+            trained, base = models["trained"], models["base"]
+            print(
+                f"[{round_}] ckpt: {result.items} items, {result.state}, {wall:.1f} s wall for both models; trained "
+                f"{trained.seconds} s (score {trained.score}, its load included), base {base.seconds} s",
+                flush=True,
+            )
+            ratio = (trained.seconds or float("inf")) / run_s
+            ratios.append(ratio)
+            print(
+                f"[{round_}] ratio: trained model {ratio:.2f}x the run's evaluation (target <= {TARGET_RATIO}); "
+                f"whole call {wall / run_s:.2f}x one run evaluation, {wall / (2 * run_s):.2f}x the run's two",
+                flush=True,
+            )
+            same = trained.score is not None and abs(trained.score - run_score) <= 2 / max(1, run_n)
+            ok = ok and result.state == "completed" and same
+        median = sorted(ratios)[len(ratios) // 2]
+        print(f"median ratio over {len(ratios)} rounds: {median:.2f}x (target <= {TARGET_RATIO}); same figures: {ok}")
+        return 0 if ok and median <= TARGET_RATIO else 1
     finally:
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)
@@ -90,7 +98,7 @@ def _run_evaluation(config, model_dir: Path, adapter: Path) -> tuple[float, int,
     return float(metrics[EVAL_SECONDS_KEY]), int(metrics[EVAL_N_KEY]), float(metrics[EVAL_SCORE_KEY])
 
 
-def _checkpoint_evaluation(settings: Settings, env: dict[str, str]):  # type: ignore[no-untyped-def]
+def _checkpoint_evaluation(settings: Settings):  # type: ignore[no-untyped-def]
     from mcp_rl.evaluation import checkpoint_eval
 
     began = time.monotonic()
