@@ -14,6 +14,11 @@ within 1.5x the run's evaluation of the same items, the median of alternated rou
 shared machine changes between two measurements). The whole call (two models, two loads, a process
 start) is printed beside it. Exit status 1 if the target is missed or the figures differ.
 
+Measured on the shared 2-core machine (load 4-12), 201 arithmetic items: before (chunks of 32) the
+trained model took 42.8 s against the run's 7.7 s (5.5x; the whole call 176 s); with the run's
+batches 41.7 s vs 43.0 s and 39.0 s vs 35.3 s (0.97x, 1.11x; the whole call, both models, 82 s and
+73 s: 1.9-2.1x one run evaluation, 1.0x the run's two).
+
     flock /tmp/mcp-rl-heavy.lock .venv/bin/python bench/bench_checkpoint_eval.py [--items N] [--rounds 3] [--keep]
 """
 
