@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from mcp_rl.background import JOB_ID_RE
 from mcp_rl.costs.evaluation import EvaluationCost, ModelPricing
 from mcp_rl.evaluation.stats import PairedComparison
+from mcp_rl.evaluation.verdict import AnswerShape, ConstantBaseline, Verdict
 from mcp_rl.runconfig import EnvironmentRef
 
 SPEC_FILE = "spec.json"
@@ -25,6 +26,7 @@ RESULT_FILE = "result.json"
 WORKER_LOG = "worker.log"
 OUTCOMES_DIR = "outcomes"
 EVAL_ID_RE = JOB_ID_RE
+_VERDICT = Verdict.model_fields
 
 ModelKind = Literal["local", "tinker", "openrouter"]
 ModelRole = Literal["trained", "base", "other"]
@@ -82,7 +84,10 @@ class ModelProgress(BaseModel):
 
 class SamplePair(BaseModel):
     item: str
-    answer: str
+    answer: str | None = Field(
+        default=None,
+        description="The item's reference answer (None: the environment gives none, e.g. a task without reference()).",
+    )
     trained_completion: str
     trained_score: float
     other_completion: str
@@ -142,3 +147,16 @@ class EvaluationResult(BaseModel):
         description="What it has cost so far: metered tokens at the models' rates (estimated) and OpenRouter's "
         "reported usage.cost beside them.",
     )
+    # The verdict on the checkpoint against its base, beside the best constant answer: the same
+    # fields, sentence and warnings as rl_check_status's held_out (mcp_rl.evaluation.verdict.judge).
+    sentence: str | None = Field(
+        default=None,
+        description="The checkpoint against its base: " + str(_VERDICT["sentence"].description),
+    )
+    learned: bool | None = Field(default=None, description=_VERDICT["learned"].description)
+    constant_baseline: ConstantBaseline | None = Field(
+        default=None, description=_VERDICT["constant_baseline"].description
+    )
+    answers: AnswerShape | None = Field(default=None, description=_VERDICT["answers"].description)
+    base_answers: AnswerShape | None = Field(default=None, description=_VERDICT["base_answers"].description)
+    warnings: list[str] = Field(default_factory=list, description=_VERDICT["warnings"].description)

@@ -17,12 +17,13 @@ Each set carries the environment's evaluation sampling (greedy, its answer lengt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from mcp_rl.errors import UserError
+from mcp_rl.evaluation.verdict import ConstantBaseline, best_constant
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.task import prompt_text
 
@@ -43,7 +44,12 @@ class HeldOutItem(BaseModel):
 
     id: str  # stable across evaluations and runs with the same environment config
     messages: list[dict[str, str]]
+    # What the grader is given with a completion: the reference for arithmetic, gsm8k's worked
+    # solution, a task's item index. Never shown as the item's answer: `reference` is.
     answer: str
+    # The item's reference answer as a model would give it (shown beside sample completions, tried
+    # as a constant answer); None when the environment gives none (a task whose reference() is None).
+    reference: str | None = None
     # The item's label for the held-out figures per group (a task's metadata(item)), when it has one.
     group: str | None = None
 
@@ -57,12 +63,25 @@ class HeldOutSet(BaseModel):
     max_tokens: int
     temperature: float = 0.0  # greedy unless the environment says otherwise
     grader: Callable[[str, str], float]  # (completion text, answer) -> score
-    # False where `answer` is not a text a model could give (a task's item index): the constant
-    # baseline then tries only the models' own answers (mcp_rl.evaluation.verdict).
-    answers_are_references: bool = True
 
     def grade(self, item: HeldOutItem, completion: str) -> float:
         return float(self.grader(completion, item.answer))
+
+    def references(self) -> list[str]:
+        """The items' reference answers, where they have one (the constant baseline's candidates)."""
+        return [item.reference for item in self.items if item.reference is not None]
+
+    def constant_baseline(self, completions: Mapping[str, Sequence[str]]) -> ConstantBaseline | None:
+        """What the best constant answer scores on these items by their own grader: candidates are
+        the most common of each evaluation's answers (`completions`, by name: "step 0") and of the
+        references (the run's evaluations and a checkpoint's evaluation make it alike)."""
+        return best_constant(
+            [item.answer for item in self.items],
+            lambda text, i: self.grade(self.items[i], text),
+            completions,
+            self.references(),
+            [item.group for item in self.items],
+        )
 
     def limited(self, limit: int | None) -> HeldOutSet:
         """The first `limit` items (a run's `held_out_limit`; all of them when None or more): the
@@ -112,6 +131,7 @@ def _arithmetic(env_config: dict[str, Any]) -> HeldOutSet:
             id=arith.question(p),
             messages=arith.build_messages(p, config.few_shot),
             answer=str(p["answer"]),
+            reference=str(p["answer"]),
         )
         for p in problems
     ]
@@ -134,7 +154,12 @@ def _gsm8k(env_config: dict[str, Any]) -> HeldOutSet:
     except RuntimeError as exc:
         raise NoHeldOutItems(f"gsm8k's test split is not available: {exc}") from exc
     items = [
-        HeldOutItem(id=f"test-{i}", messages=gsm8k.build_messages(p["question"]), answer=p["answer"])
+        HeldOutItem(
+            id=f"test-{i}",
+            messages=gsm8k.build_messages(p["question"]),
+            answer=p["answer"],
+            reference=gsm8k.reference_answer(p["answer"]) or None,
+        )
         for i, p in enumerate(problems)
     ]
     return HeldOutSet(
@@ -160,6 +185,16 @@ def _label(task: Any, problem: Any) -> str | None:
     if not isinstance(labels, dict) or not labels:
         return None
     return ", ".join(f"{k}={v}" for k, v in sorted((str(k), str(v)) for k, v in labels.items()))[:LABEL_CHARS]
+
+
+def _reference(task: Any, problem: Any) -> str | None:
+    """The task's reference(item) (None when it has none or it cannot be read: a missing label is
+    never worth a failed run)."""
+    try:
+        reference = task.reference(problem)
+    except Exception:
+        return None
+    return reference if isinstance(reference, str) else None
 
 
 def is_task(ref: EnvironmentRef) -> bool:
@@ -194,7 +229,15 @@ def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
         text = prompt_text(messages)
         seen[text] = seen.get(text, 0) + 1
         item_id = text if seen[text] == 1 else f"{text} #{seen[text]}"
-        items.append(HeldOutItem(id=item_id, messages=messages, answer=str(i), group=_label(task, problem)))
+        items.append(
+            HeldOutItem(
+                id=item_id,
+                messages=messages,
+                answer=str(i),
+                reference=_reference(task, problem),
+                group=_label(task, problem),
+            )
+        )
 
     def grade(completion: str, index: str, task: Task = task, problems: list[Any] = problems) -> float:
         # the task's own bounds check (task_env imports atroposlib; this must not)
@@ -214,5 +257,4 @@ def _task(ref: EnvironmentRef, env_config: dict[str, Any]) -> HeldOutSet:
         items=items,
         max_tokens=max_tokens,
         grader=grade,
-        answers_are_references=False,
     )

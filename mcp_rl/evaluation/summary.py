@@ -25,11 +25,10 @@ from mcp_rl.evaluation.verdict import (
     THRESHOLDS,
     AnswerShape,
     ConstantBaseline,
-    answer_shape,
     constant_from_answers,
+    judge,
     learned,
-    shape_warnings,
-    verdict_sentence,
+    shape_of,
 )
 from mcp_rl.rundir import eval_outcomes_file
 
@@ -173,17 +172,15 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         )
     except UserError:
         return None
-    base_rows = [o for o in rows[first] if o.item in now]
-    now_rows = [o for o in rows[last] if o.item in base]
+    by_item = {o.item: o for o in rows[first]}
+    paired = [(by_item[o.item], o) for o in rows[last] if o.item in by_item]
+    base_rows = [b for b, _ in paired]
+    now_rows = [t for _, t in paired]
     # The graded baseline the trainer wrote; else (an environment's own evaluate() graded the
-    # answers, no grader here) the best one read from the answers, a lower bound.
-    constant = read_constant(run_dir, last) or constant_from_answers(
-        {"base": _triples(base_rows), "trained": _triples(now_rows)}
-    )
+    # answers, no grader here) `judge` reads the best one from the answers, a lower bound.
+    verdict = judge(result.sentence, base_rows, now_rows, read_constant(run_dir, last))
     top = max([1.0, *base.values(), *now.values()])
-    base_shape = _shape(base_rows, top)
-    now_shape = _shape(now_rows, top)
-    groups = _by_group(common, base, now, labels, base_rows, now_rows, constant, top)
+    groups = _by_group(common, base, now, labels, base_rows, now_rows, verdict.constant_baseline, top)
     return HeldOutSummary(
         n=result.n,
         base_step=first,
@@ -197,15 +194,12 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
         test=result.test,
         wins=result.wins,
         losses=result.losses,
-        sentence=verdict_sentence(result.sentence, result.trained_score, constant),
-        learned=learned(result.trained_score, constant),
-        constant_baseline=constant,
-        answers=now_shape,
-        base_answers=base_shape,
-        warnings=shape_warnings(
-            base_shape, now_shape, result.base_score, result.trained_score, learned(result.trained_score, constant)
-        )
-        + _group_warnings(groups),
+        sentence=verdict.sentence,
+        learned=verdict.learned,
+        constant_baseline=verdict.constant_baseline,
+        answers=verdict.answers,
+        base_answers=verdict.base_answers,
+        warnings=verdict.warnings + _group_warnings(groups),
         groups=groups,
         evaluations=points,
     )
@@ -213,16 +207,6 @@ def _held_out_summary(run_dir: Path) -> HeldOutSummary | None:
 
 def _triples(outcomes: list[ItemOutcome]) -> list[tuple[str, str, float]]:
     return [(o.item, o.completion, o.score) for o in outcomes]
-
-
-def _shape(outcomes: list[ItemOutcome], top: float) -> AnswerShape | None:
-    return answer_shape(
-        [o.completion for o in outcomes],
-        [o.score for o in outcomes],
-        top,
-        [o.at_limit for o in outcomes],
-        [o.echo for o in outcomes],
-    )
 
 
 def _by_group(
@@ -265,7 +249,7 @@ def _by_group(
                 test=r.test,
                 learned=learned(r.trained_score, group_constant),
                 constant_baseline=group_constant,
-                answers=_shape(ours, top),
+                answers=shape_of(ours, top),
             )
         )
     return out

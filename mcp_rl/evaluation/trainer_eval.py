@@ -38,7 +38,7 @@ from mcp_rl.evaluation.outcomes import (
     write_outcomes,
 )
 from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
-from mcp_rl.evaluation.verdict import best_constant, last_user_text, repeats_prompt
+from mcp_rl.evaluation.verdict import last_user_text, repeats_prompt
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     EVAL_BASE_SCORE_KEY,
@@ -113,13 +113,7 @@ class HeldOutEvaluator:
                 o.completion for o in read_outcomes(eval_outcomes_file(self.run_dir, earlier[0]))
             ]
         try:
-            baseline = best_constant(
-                [item.answer for item in items.items],
-                lambda text, i: items.grade(items.items[i], text),
-                completions,
-                [item.answer for item in items.items] if items.answers_are_references else None,
-                [item.group for item in items.items],
-            )
+            baseline = items.constant_baseline(completions)
             if baseline is not None:
                 write_constant(self.run_dir, step, baseline)
         except Exception:  # a baseline that cannot be made must not end the run

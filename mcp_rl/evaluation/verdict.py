@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -346,3 +347,78 @@ def group_constants(
         if best is not None:
             out[name] = best
     return out
+
+
+class Verdict(BaseModel):
+    """A held-out comparison read beside its trivial baselines: the one verdict rl_check_status,
+    rl_get_results and rl_evaluate_checkpoint give (`judge` makes it)."""
+
+    sentence: str = Field(description="The paired test's sentence with the constant baseline beside it.")
+    learned: bool | None = Field(
+        description="False: one constant answer given to every item scores as much as the trained model, so the "
+        "figures do not show it learned the task, whatever p says. True: above that baseline. None: no baseline."
+    )
+    constant_baseline: ConstantBaseline | None = Field(
+        description="The best constant answer over these items and what it scores (the trivial baseline)."
+    )
+    answers: AnswerShape | None = Field(
+        description="The trained model's answers: distinct share, most common answer, full/partial credit."
+    )
+    base_answers: AnswerShape | None = Field(description="The same for the base.")
+    warnings: list[str] = Field(
+        description="What the answers show beside the figures (collapse to one answer, a gain made of partial "
+        "credit), each with advice. Report them with the figures."
+    )
+
+
+class Row(Protocol):
+    """One evaluation row as the verdict reads it (mcp_rl.evaluation.outcomes.ItemOutcome)."""
+
+    item: str
+    completion: str
+    score: float
+    at_limit: bool | None
+    echo: bool | None
+
+
+def judge(
+    sentence: str,
+    base: Sequence[Row],
+    trained: Sequence[Row],
+    constant: ConstantBaseline | None,
+) -> Verdict:
+    """The verdict on paired items: `base` and `trained` are the rows of the same items in the same
+    order; `sentence` is the paired test's; `constant` the graded baseline when a grader was at hand,
+    else (an environment's own evaluate() graded the answers) the lower bound read from the answers."""
+    if constant is None:
+        constant = constant_from_answers(
+            {
+                "base": [(r.item, r.completion, r.score) for r in base],
+                "trained": [(r.item, r.completion, r.score) for r in trained],
+            }
+        )
+    base_score = sum(r.score for r in base) / len(base) if base else 0.0
+    trained_score = sum(r.score for r in trained) / len(trained) if trained else 0.0
+    top = max([1.0, *(r.score for r in base), *(r.score for r in trained)])
+    base_shape = shape_of(base, top)
+    trained_shape = shape_of(trained, top)
+    above = learned(trained_score, constant)
+    return Verdict(
+        sentence=verdict_sentence(sentence, trained_score, constant),
+        learned=above,
+        constant_baseline=constant,
+        answers=trained_shape,
+        base_answers=base_shape,
+        warnings=shape_warnings(base_shape, trained_shape, base_score, trained_score, above),
+    )
+
+
+def shape_of(rows: Sequence[Row], top: float) -> AnswerShape | None:
+    """The answers' shape of `rows` (`top`: the full-credit score)."""
+    return answer_shape(
+        [r.completion for r in rows],
+        [r.score for r in rows],
+        top,
+        [r.at_limit for r in rows],
+        [r.echo for r in rows],
+    )

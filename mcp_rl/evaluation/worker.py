@@ -54,6 +54,7 @@ from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S
 from mcp_rl.evaluation.heldout import HeldOutSet, held_out_set
 from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
 from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.evaluation.verdict import judge
 from mcp_rl.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcp_rl.evaluation.worker")
 
-# Items per progress update (a local model decodes them as one batch).
+# Items of a paid model per progress update and cost-cap check (a local model: the run's batches).
 CHUNK = CHUNK_ITEMS
 OPENROUTER_CONCURRENCY = 8
 FLIPS_LISTED = 20
@@ -112,10 +113,17 @@ class EvalWorker:
         total = sum(m.total for m in self.result.models) or 1
         if state == "running":
             return f"Evaluating: {done} of {total} answers ({100 * done / total:.0f} %)."
-        firsts = [c.stats.sentence for c in self.result.comparisons]
+        # The comparison with the base reads as the verdict (beside the constant answer), the others as tests.
+        firsts = [
+            self.result.sentence if self.result.sentence and c.against == self._base_id() else c.stats.sentence
+            for c in self.result.comparisons
+        ] + self.result.warnings
         if state == "completed":
             return " ".join(firsts) or "Evaluated; no comparison could be made (see models[].error)."
         return f"The evaluation {state}." + (" " + " ".join(firsts) if firsts else "")
+
+    def _base_id(self) -> str | None:
+        return next((m.id for m in self.spec.models if m.role == "base"), None)
 
     def _progress(self, index: int, **update: Any) -> None:
         models = list(self.result.models)
@@ -137,7 +145,8 @@ class EvalWorker:
                 if self.stop.is_set():
                     raise Cancelled
                 self._evaluate(index, model, items)
-                self._compare({item.id: item.answer for item in items.items})
+                self._compare({item.id: item.reference for item in items.items})
+            self._judge(items)
             state: EvalState = "completed" if self.result.models[0].state == "done" else "failed"
             self.write(state)
             return state
@@ -183,7 +192,9 @@ class EvalWorker:
             outcomes_file=str(path),
         )
 
-    def _compare(self, answers: dict[str, str]) -> None:
+    def _compare(self, references: dict[str, str | None]) -> None:
+        """Each other model against the trained one; `references`: the item's reference answer by
+        item id (shown beside the sample pairs; never the grader's key, a task's item index)."""
         trained = self.spec.models[0]
         mine = self.outcomes.get(trained.id)
         if mine is None:
@@ -215,7 +226,7 @@ class EvalWorker:
             samples = [
                 SamplePair(
                     item=m.item,
-                    answer=answers.get(m.item, ""),
+                    answer=references.get(m.item),
                     trained_completion=m.completion[:600],
                     trained_score=m.score,
                     other_completion=by_item[m.item].completion[:600],
@@ -239,6 +250,35 @@ class EvalWorker:
         self.result = self.result.model_copy(update={"comparisons": comparisons})
         self.write()
 
+    def _judge(self, items: HeldOutSet | None) -> None:
+        """The checkpoint against its base beside the best constant answer (`items`: None for an
+        environment's own evaluate(), whose items are not ours to grade): the run's own verdict."""
+        trained = self.spec.models[0]
+        base = self._base_id()
+        mine = self.outcomes.get(trained.id)
+        theirs = self.outcomes.get(base) if base is not None else None
+        against = next((c for c in self.result.comparisons if c.against == base), None)
+        if mine is None or theirs is None or against is None:
+            return
+        constant = None
+        if items is not None:
+            try:
+                constant = items.constant_baseline(
+                    {
+                        f"step {self.spec.step}": [o.completion for o in mine],
+                        "step 0 (the base)": [o.completion for o in theirs],
+                    }
+                )
+            except Exception:  # a baseline that cannot be made leaves the figures as they are
+                log.warning("the constant-answer baseline could not be made", exc_info=True)
+        by_id = {o.item: o for o in theirs}
+        pairs = [(by_id[m.item], m) for m in mine if m.item in by_id]
+        verdict = judge(against.stats.sentence, [b for b, _ in pairs], [t for _, t in pairs], constant)
+        # the fields as they are (model_copy does not validate: a dump would leave dicts behind)
+        self.result = self.result.model_copy(
+            update={name: getattr(verdict, name) for name in type(verdict).model_fields}
+        )
+
     # -- an environment's own evaluate() ----------------------------------------------------
     def _run_own_evaluate(self) -> EvalState:
         """Each model served on 127.0.0.1 in turn, the environment's evaluate() run against it
@@ -248,6 +288,7 @@ class EvalWorker:
                 raise Cancelled
             self._evaluate_own(index, model)
             self._compare({})
+        self._judge(None)
         state: EvalState = "completed" if self.result.models[0].state == "done" else "failed"
         self.write(state)
         return state
@@ -332,13 +373,18 @@ class EvalWorker:
         sampler = self._local_sampler(model) if model.kind == "local" else self._tinker_sampler(model)
         try:
             # the trainer's own evaluation sampling (chat template, greedy, the set's max_tokens)
-            from mcp_rl.evaluation.trainer_eval import sample_answers
+            from mcp_rl.evaluation.trainer_eval import GREEDY_CHUNK, sample_answers
 
+            # A local model answers in the run's own batches (one shared prefix, one forward, one
+            # decode loop per prompt length): chunks of 32 cost 5x the run's evaluation of the same
+            # items, and far more on a loaded machine (bench/bench_checkpoint_eval.py). A paid
+            # model keeps the small chunks its cost cap is checked between.
+            size = GREEDY_CHUNK if model.kind == "local" else CHUNK
             texts: list[SampledAnswer] = []
-            for start in range(0, len(items.items), CHUNK):
+            for start in range(0, len(items.items), size):
                 if self.stop.is_set():
                     raise Cancelled
-                chunk = items.model_copy(update={"items": items.items[start : start + CHUNK]})
+                chunk = items.model_copy(update={"items": items.items[start : start + size]})
                 self._check_cap(model, len(chunk.items))
                 texts.extend(sample_answers(sampler, chunk))
                 self._meter(model, sampler)

@@ -101,7 +101,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         Reports per model its score, and per comparison the paired statistics: both scores, the
         difference with a 95 % interval and a p-value (McNemar exact for right/wrong outcomes,
         Wilcoxon signed-rank for graded ones) in one sentence; which items flipped each way
-        (improved / regressed) and a few sample pairs with both completions. Uses the weights
+        (improved / regressed) and a few sample pairs with both completions and the item's reference
+        answer. Against the base it gives the same verdict as rl_check_status's held_out: `sentence`
+        beside the best constant answer (`constant_baseline`: one answer given to every item),
+        `learned` (False: a constant scores as much, so it did not learn the task whatever p says)
+        and `warnings` (answer collapse, a gain of partial credit): report those. Uses the weights
         saved on disk, so it works while the run is still training. Answers within the server's
         time budget with progress; an evaluation still going then continues in the background
         and this returns state "running" with its eval_id: collect it with

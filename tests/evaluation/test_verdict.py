@@ -33,7 +33,7 @@ def lenient(text: str, answer: str) -> float:
 
 def held_out(grader=exact) -> HeldOutSet:
     items = [
-        HeldOutItem(id=f"w{i}", messages=[{"role": "user", "content": f"word {i}"}], answer=str(c))
+        HeldOutItem(id=f"w{i}", messages=[{"role": "user", "content": f"word {i}"}], answer=str(c), reference=str(c))
         for i, c in enumerate(COUNTS)
     ]
     return HeldOutSet(environment="count", description="200 items", items=items, max_tokens=16, grader=grader)
@@ -85,13 +85,15 @@ def test_a_model_that_answers_one_constant_is_not_shown_to_have_learned(tmp_path
 
 
 def test_a_task_whose_answers_are_indices_still_gets_the_models_constant(tmp_path: Path) -> None:
-    # A task's held-out answers are item indices, never candidates; the model's own answers are.
+    # A task's grader is given item indices, never candidates; without reference() the model's own
+    # answers are the only ones.
     by_index = [str(c) for c in COUNTS]
     items = held_out().model_copy(
         update={
-            "items": [it.model_copy(update={"answer": str(i)}) for i, it in enumerate(held_out().items)],
+            "items": [
+                it.model_copy(update={"answer": str(i), "reference": None}) for i, it in enumerate(held_out().items)
+            ],
             "grader": lambda text, index: exact(text, by_index[int(index)]),
-            "answers_are_references": False,
         }
     )
     summary = run(tmp_path, noisy_base(), ["0"] * len(COUNTS), items)
@@ -180,7 +182,9 @@ def test_a_tasks_metadata_groups_its_held_out_figures(tmp_path: Path) -> None:
     ref = EnvironmentRef(name="count_r", class_name="CountR", file_path=tmp_path / "count_r.py", project_root=tmp_path)
     items = held_out_set(ref, {})
     assert [i.group for i in items.items] == ["count=3", "count=1", "count=0", "count=2", "count=1", "count=0"]
-    assert items.answers_are_references is False
+    # The grader's key is the item's index; the reference shown and tried is the task's own answer.
+    assert [i.answer for i in items.items] == ["0", "1", "2", "3", "4", "5"]
+    assert [i.reference for i in items.items] == items.references() == ["3", "1", "0", "2", "1", "0"]
     run_dir = tmp_path / "run"
     run(run_dir, ["9"] * 6, ["0"] * 6, items)
     summary = held_out_summary(run_dir)

@@ -128,6 +128,10 @@ async def test_a_short_run_reaches_running_then_completes_with_metrics(completed
         # held_out_limit, set with rl_edit_config, reached the trainer: both ends on those items.
         held = done["held_out"]
         assert held is not None and (held["n"], held["base_step"], held["step"]) == (TEST_HELD_OUT_LIMIT, 0, 2), held
+        # Issue 44: the bundled arithmetic run at its defaults sets off none of the verdict's warnings
+        # (answer collapse, a gain of partial credit), and its sentence is the verdict's.
+        assert held["warnings"] == [], held["warnings"]
+        assert held["constant_baseline"] is not None and held["learned"] is not None, held
         metrics = await client.read_resource(f"rl://runs/{run_id}/metrics")
         assert '"step": 2' in metrics.contents[0].text
         log = (await client.read_resource(f"rl://runs/{run_id}/logs/trainer?tail=20")).contents[0].text
