@@ -435,6 +435,8 @@ class EvalWorker:
         # openai: only an evaluation against a remote model needs it
         import openai
 
+        from mcp_rl.evaluation.trainer_eval import SampledAnswer
+
         key = self.settings.openrouter_api_key
         if key is None:
             raise RuntimeError("OPENROUTER_API_KEY is not set in the server's environment")
