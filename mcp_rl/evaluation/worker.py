@@ -435,7 +435,7 @@ class EvalWorker:
         # openai: only an evaluation against a remote model needs it
         import openai
 
-        from mcp_rl.evaluation.trainer_eval import SampledAnswer
+        from mcp_rl.evaluation.trainer_eval import SampledAnswer  # the answers built at run time
 
         key = self.settings.openrouter_api_key
         if key is None:
