@@ -90,9 +90,9 @@ def main() -> int:
 
 
 def _run_evaluation(config, model_dir: Path, adapter: Path) -> tuple[float, int, float]:  # type: ignore[no-untyped-def]
-    from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator
     from mcp_rl.rundir import EVAL_N_KEY, EVAL_SCORE_KEY, EVAL_SECONDS_KEY
     from mcp_rl.trainer.backends.local import LocalBackend, configure_torch_threads
+    from mcp_rl.trainer.trainer_eval import HeldOutEvaluator
 
     configure_torch_threads(0)
     backend = LocalBackend(model_dir, train=False, seed=0, adapter_dir=adapter)

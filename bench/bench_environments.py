@@ -32,9 +32,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.environments.dependencies import ImportChecker
 from mcp_rl.environments.discovery import ScanCache, scan
-from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.settings import Settings
 
 FIXTURE_ENVS = REPO / "tests" / "fixtures" / "repos" / "research_repo" / "environments"

@@ -24,9 +24,9 @@ sys.path.insert(0, str(REPO))
 
 import yaml
 
-from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.models import resolve_model
+from mcp_rl.proof.outcomes import evaluated_steps, read_outcomes
+from mcp_rl.proof.stats import paired_comparison
 from mcp_rl.rundir import EVAL_SECONDS_KEY, eval_outcomes_file
 from mcp_rl.settings import Settings, configs_dir
 from tests.kit.run_harness import LocalRun

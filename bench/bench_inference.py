@@ -29,7 +29,7 @@ from pydantic import SecretStr
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import InferenceTestResult
 from mcp_rl.models import resolve_model

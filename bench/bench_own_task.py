@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 import yaml
 
 from mcp_rl.environments.scaffold import new_task_file
-from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
 from mcp_rl.models import resolve_model
+from mcp_rl.proof.outcomes import evaluated_steps, read_outcomes
+from mcp_rl.proof.stats import paired_comparison
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.rundir import eval_outcomes_file
 from mcp_rl.settings import Settings, configs_dir

@@ -25,9 +25,9 @@ from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcp_rl.metrics.changes import RunWatch
 from mcp_rl.server.app import build_server
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.changes import RunWatch
 from tests.kit.runs import write_run
 
 

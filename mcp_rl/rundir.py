@@ -3,7 +3,7 @@ everything that reads it (the supervisor, the run service, the results and metri
 
     run.yaml             the run file (mcp_rl.runconfig): written once by the server
     metrics.jsonl        one JSON object per trainer step, appended and flushed after the step
-    env_metrics.jsonl    what the environment logs, by step (mcp_rl.metrics.env_metrics)
+    env_metrics.jsonl    what the environment logs, by step (mcp_rl.environments.env_metrics)
     checkpoints.jsonl    the checkpoint index: one `CheckpointRecord` line per saved checkpoint,
                          and one more per keep, TTL or delete (a later line for a path
                          supersedes earlier ones); read with `read_index`, written with
@@ -61,7 +61,7 @@ LOGS_DIR = "logs"
 CHECKPOINTS_LOCK = ".checkpoints.lock"
 LEASES_DIR = "leases"
 # Held-out evaluations (mcp_rl.evaluation): per-item outcomes of the evaluation taken at step S
-# in eval/step_{S:06d}.jsonl (format: mcp_rl.evaluation.outcomes).
+# in eval/step_{S:06d}.jsonl (format: mcp_rl.proof.outcomes).
 EVAL_DIR = "eval"
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from mcp_rl import config
 from mcp_rl.config.checks import validate_field
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.environments.introspect import ConfigSpec, FieldSpec
-from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings

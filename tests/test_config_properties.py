@@ -27,10 +27,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from mcp_rl import config
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.environments.config_check_child import errors_of
 from mcp_rl.environments.discovery import EnvironmentInfo
 from mcp_rl.environments.introspect import ConfigSpec
-from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.settings import Settings

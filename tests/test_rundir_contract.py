@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.metrics import env_metrics, results, store
+from mcp_rl.environments import env_metrics
+from mcp_rl.metrics import store
 from mcp_rl.rundir import (
     ENV_METRICS_FILE,
     LOSS_KEY,
@@ -26,7 +27,7 @@ from mcp_rl.rundir import (
     read_jsonl_tail,
 )
 from mcp_rl.settings import Settings
-from mcp_rl.supervisor import service
+from mcp_rl.supervisor import results, service
 from mcp_rl.supervisor.rebuild import run_record_from_dir
 from mcp_rl.supervisor.registry import Registry, RunRecord
 from mcp_rl.supervisor.states import RunState

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.config import build_run_config
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor.start import _validate
 from tests.conftest import FIXTURES, make_env

@@ -85,7 +85,7 @@ class Estimate:
     rates: str | None = None
     problem: str | None = None
     # An MCP task's paid judge (OpenRouter), beside the backend's cost: capped by its own
-    # judge.max_cost_usd (costs/training.py judge_estimate).
+    # judge.max_cost_usd (config/training_cost.py judge_estimate).
     judge: dict[str, Any] | None = None
 
     @property

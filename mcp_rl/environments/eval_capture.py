@@ -4,11 +4,11 @@ written to. Installed in the environment process by the runner (`mcp_rl.environm
 second install changes nothing.
 
 A run's environment (`serve --config runs/<id>/run.yaml`): every `BaseEnv.wandb_log` call also
-appends its numbers to the run's `env_metrics.jsonl` (mcp_rl.metrics.env_metrics' format), since
+appends its numbers to the run's `env_metrics.jsonl` (mcp_rl.environments.env_metrics' format), since
 Atropos hands its measures to W&B only.
 
 An evaluation mcp-rl runs (Atropos's `evaluate` mode with the config `evaluate.yaml` that
-mcp_rl.evaluation.env_eval writes): the environment's evaluation is read in each of the ways the
+mcp_rl.proof.env_eval writes): the environment's evaluation is read in each of the ways the
 public Atropos environments report one, each line of `captured_metrics.jsonl` tagged with its
 `Source`:
 
@@ -25,7 +25,7 @@ public Atropos environments report one, each line of `captured_metrics.jsonl` ta
 
 and, once evaluate() returns, the size of the instance's eval split when it has one (`eval_split`
 lines; see `eval_split_sizes`). Which metric stands for the evaluation: `choose_metric` (METRIC_RULE), here beside the file it
-reads, used by mcp_rl.evaluation.env_eval and by the validator.
+reads, used by mcp_rl.proof.env_eval and by the validator.
 
 atroposlib and wandb are imported inside the install functions (the environment process has them).
 """
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_rl.environments import atropos_hooks
-from mcp_rl.metrics.env_metrics import append_metrics, numeric_metrics
+from mcp_rl.environments.env_metrics import append_metrics, numeric_metrics
 from mcp_rl.rundir import ENV_METRICS_FILE, RUN_FILE, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ SPLIT_SOURCE = "eval_split"
 METRICS_FILE = "metrics.json"  # BaseEnv.evaluate_log writes its metrics there (data_dir_to_save_evals)
 SAMPLES_FILE = "samples.jsonl"  # ... and its per-item samples there
 # A per-item sample's score, under the first of these names every sample carries (a bool counts as
-# 0/1): read by mcp_rl.evaluation.env_eval (the held-out outcomes) and the validator's probes.
+# 0/1): read by mcp_rl.proof.env_eval (the held-out outcomes) and the validator's probes.
 SCORE_KEYS = ("score", "correct", "is_correct", "reward", "accuracy", "acc", "passed", "success")
 # The rule for the metric of an aggregate-only evaluation, tier by tier (a name is matched
 # lower-cased; its last `/` part for `exact` and `suffix`): the first tier with a candidate wins;

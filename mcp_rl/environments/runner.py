@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gave up waiting for {start_when} after {START_WHEN_TIMEOUT_S:g} s", file=sys.stderr)
         return 1
     # The Atropos hooks (atropos_hooks): what a run's environment logs also goes to the run dir, not
-    # only W&B; an evaluation mcp-rl runs (mcp_rl.evaluation.env_eval) keeps whatever evaluate() reports.
+    # only W&B; an evaluation mcp-rl runs (mcp_rl.proof.env_eval) keeps whatever evaluate() reports.
     eval_capture.install_for_run(ns.mode, env_args)
     eval_capture.install_for_evaluate(cls, ns.mode, env_args)
     # Atropos's CLI reads sys.argv; argv[0] names the file for its help and error messages.

@@ -6,7 +6,7 @@ whose chat is the task's `messages(item)`, and whose groups are scored by the ta
 (checked finite and within `score_range`). Sampling, prompt masks, per-token logprobs, the resume
 skip and the accuracy metric are every single-turn environment's (mcp_rl.environments.single_turn:
 both Atropos server types, so both backends and the smoke tests' `process` mode work). The held-out items are evaluated by the trainer
-(mcp_rl.evaluation.heldout), not here; evaluate() only serves Atropos's own `evaluate` mode.
+(mcp_rl.proof.heldout), not here; evaluate() only serves Atropos's own `evaluate` mode.
 
 Imported only in child processes (it pulls in atroposlib): the loader wraps a task class with it.
 """

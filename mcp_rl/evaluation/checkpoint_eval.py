@@ -35,13 +35,13 @@ from mcp_rl.evaluation.checkpoint_models import (
     EvaluationResult,
     ModelRole,
 )
-from mcp_rl.evaluation.env_eval import uses_own_evaluate, what_to_add
-from mcp_rl.evaluation.heldout import ITEM_ENVIRONMENTS, NoHeldOutItems, is_task
 from mcp_rl.evaluation.item_stats import measure
 from mcp_rl.evaluation.worker import initial_result
 from mcp_rl.model_specs import model_slug
 from mcp_rl.models import resolve_model
 from mcp_rl.processes import marker_for
+from mcp_rl.proof.env_eval import uses_own_evaluate, what_to_add
+from mcp_rl.proof.heldout import ITEM_ENVIRONMENTS, NoHeldOutItems, is_task
 from mcp_rl.run_checkpoints import (
     TINKER_OPENAI_BASE_URL,
     CheckpointRef,

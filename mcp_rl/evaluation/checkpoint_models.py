@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from mcp_rl.background import JOB_ID_RE
 from mcp_rl.costs.evaluation import EvaluationCost, ModelPricing
-from mcp_rl.evaluation.stats import PairedComparison
-from mcp_rl.evaluation.verdict import AnswerShape, ConstantBaseline, Verdict
+from mcp_rl.proof.stats import PairedComparison
+from mcp_rl.proof.verdict import AnswerShape, ConstantBaseline, Verdict
 from mcp_rl.runconfig import EnvironmentRef
 
 SPEC_FILE = "spec.json"
@@ -65,7 +65,7 @@ class EvalSpec(BaseModel):
     pricing: list[ModelPricing] = []
     max_cost_usd: float | None = None
     # The environment has no items mcp-rl knows: its own evaluate() is run against each model
-    # served in turn (mcp_rl.evaluation.env_eval), with the run's server settings (`openai`).
+    # served in turn (mcp_rl.proof.env_eval), with the run's server settings (`openai`).
     own_evaluate: bool = False
     openai: list[dict[str, object]] = []
 
@@ -148,7 +148,7 @@ class EvaluationResult(BaseModel):
         "reported usage.cost beside them.",
     )
     # The verdict on the checkpoint against its base, beside the best constant answer: the same
-    # fields, sentence and warnings as rl_check_status's held_out (mcp_rl.evaluation.verdict.judge).
+    # fields, sentence and warnings as rl_check_status's held_out (mcp_rl.proof.verdict.judge).
     sentence: str | None = Field(
         default=None,
         description="The checkpoint against its base: " + str(_VERDICT["sentence"].description),

@@ -30,7 +30,7 @@ _LOCK = threading.Lock()
 
 def item_stats(environment: str | EnvironmentRef, env_config: dict[str, Any]) -> ItemStats:
     # the environment module (atroposlib, torch): only in this child process
-    from mcp_rl.evaluation.heldout import held_out_set
+    from mcp_rl.proof.heldout import held_out_set
 
     items = held_out_set(environment, env_config)
     n = max(1, len(items.items))

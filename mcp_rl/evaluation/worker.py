@@ -3,7 +3,7 @@
 It answers the run environment's held-out items with each model in turn (the checkpoint first,
 then its base, then any others), with the environment's evaluation sampling (greedy unless it
 says otherwise), grades them with the environment's own grader, and compares the checkpoint
-with each other model item by item (mcp_rl.evaluation.stats). `result.json` is rewritten
+with each other model item by item (mcp_rl.proof.stats). `result.json` is rewritten
 atomically as items are answered, so a reader always sees a whole, current answer.
 
 How each model is sampled:
@@ -50,15 +50,15 @@ from mcp_rl.evaluation.checkpoint_models import (
     ModelProgress,
     SamplePair,
 )
-from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S
-from mcp_rl.evaluation.heldout import HeldOutSet, held_out_set
-from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
-from mcp_rl.evaluation.verdict import judge
+from mcp_rl.proof.env_eval import DEFAULT_TIMEOUT_S
+from mcp_rl.proof.heldout import HeldOutSet, held_out_set
+from mcp_rl.proof.outcomes import ItemOutcome, write_outcomes
+from mcp_rl.proof.stats import paired_comparison
+from mcp_rl.proof.verdict import judge
 from mcp_rl.settings import Settings
 
 if TYPE_CHECKING:
-    from mcp_rl.evaluation.trainer_eval import SampledAnswer
+    from mcp_rl.trainer.trainer_eval import SampledAnswer
 
 log = logging.getLogger("mcp_rl.evaluation.worker")
 
@@ -176,7 +176,7 @@ class EvalWorker:
             self._progress(index, state="failed", error=f"{type(exc).__name__}: {exc}")
             return
         # the trainer's own grading and marks (at max_tokens, prompt echo)
-        from mcp_rl.evaluation.trainer_eval import item_outcomes
+        from mcp_rl.trainer.trainer_eval import item_outcomes
 
         outcomes = item_outcomes(items, answers)
         path = self.dir / OUTCOMES_DIR / f"{model.slug}.jsonl"
@@ -282,7 +282,7 @@ class EvalWorker:
     # -- an environment's own evaluate() ----------------------------------------------------
     def _run_own_evaluate(self) -> EvalState:
         """Each model served on 127.0.0.1 in turn, the environment's evaluate() run against it
-        (mcp_rl.evaluation.env_eval); its per-item samples are the outcomes compared."""
+        (mcp_rl.proof.env_eval); its per-item samples are the outcomes compared."""
         for index, model in enumerate(self.spec.models):
             if self.stop.is_set():
                 raise Cancelled
@@ -295,8 +295,8 @@ class EvalWorker:
 
     def _evaluate_own(self, index: int, model: EvalModel) -> None:
         # the run folder's reader and the served sampler: only this kind of evaluation needs them
-        from mcp_rl.evaluation.env_eval import run_environment_evaluate
         from mcp_rl.ports import allocate_ports
+        from mcp_rl.proof.env_eval import run_environment_evaluate
         from mcp_rl.trainer.batcher import batching_sampler
         from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 
@@ -373,7 +373,7 @@ class EvalWorker:
         sampler = self._local_sampler(model) if model.kind == "local" else self._tinker_sampler(model)
         try:
             # the trainer's own evaluation sampling (chat template, greedy, the set's max_tokens)
-            from mcp_rl.evaluation.trainer_eval import GREEDY_CHUNK, sample_answers
+            from mcp_rl.trainer.trainer_eval import GREEDY_CHUNK, sample_answers
 
             # A local model answers in the run's own batches (one shared prefix, one forward, one
             # decode loop per prompt length): chunks of 32 cost 5x the run's evaluation of the same
@@ -435,7 +435,7 @@ class EvalWorker:
         # openai: only an evaluation against a remote model needs it
         import openai
 
-        from mcp_rl.evaluation.trainer_eval import SampledAnswer  # the answers built at run time
+        from mcp_rl.trainer.trainer_eval import SampledAnswer  # the answers built at run time
 
         key = self.settings.openrouter_api_key
         if key is None:

@@ -20,14 +20,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from mcp_rl.evaluation.stats import (
+from mcp_rl.proof.stats import (
     PERMUTATION_TEST,
     UNPAIRED_BOOTSTRAP_CI,
     bootstrap_difference_interval,
     format_p,
     permutation_p_greater,
 )
-from mcp_rl.evaluation.summary import HeldOutSummary
+from mcp_rl.proof.summary import HeldOutSummary
 from mcp_rl.rundir import REWARD_KEY, STEP_KEY
 
 GROUPS_KEY = "batch/groups"

@@ -9,8 +9,8 @@ import anyio
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
+from mcp_rl.config.training_cost import preview
 from mcp_rl.costs.consent import Ask, Gate, require_yes, training_gate
-from mcp_rl.costs.training import preview
 from mcp_rl.settings import Settings
 
 # How long the person has to answer; no answer is a no.

@@ -16,13 +16,13 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from mcp_rl.config import CurrentConfig, EditResult, config_revision
-from mcp_rl.costs.training import cost_preview
+from mcp_rl.config.environment_service import EnvironmentService, SelectResult
+from mcp_rl.config.training_cost import cost_preview
 from mcp_rl.environments.child import end_orphans
 from mcp_rl.environments.discovery import DuplicateName, EnvironmentInfo, ParseProblem
 from mcp_rl.environments.gem_catalog import GemCatalog, GemGroup
 from mcp_rl.environments.mcp_family.taskfile import TASK_FILE_SUFFIX as MCP_TASK_SUFFIX
 from mcp_rl.environments.scaffold import McpServerGiven, NewEnvironment, new_mcp_task_file, new_task_file
-from mcp_rl.environments.service import EnvironmentService, SelectResult
 from mcp_rl.environments.validate import ValidationReport, validate, validate_mcp_task
 from mcp_rl.errors import DamagedState, McpRlError, UserError, clip_message
 from mcp_rl.server.budget import CallBudget, Jobs, Progress, run_within, wait_job

@@ -32,17 +32,17 @@ from mcp.types import (
 from pydantic import Field
 
 from mcp_rl.errors import NotFound, clip
-from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
-from mcp_rl.metrics.changes import RunWatch
-from mcp_rl.metrics.results import RunResults, get_results, run_dir_of
-from mcp_rl.metrics.rollouts import MAX_PAGE, RolloutPage, rollout_page
+from mcp_rl.proof.summary import held_out_summary
 from mcp_rl.rundir import is_run_id
 from mcp_rl.server.budget import CallBudget, Progress, run_within
 from mcp_rl.server.errors import resource_errors, tool_errors
 from mcp_rl.server.rl_server import RlServer, client_of
 from mcp_rl.server.state import AppState
+from mcp_rl.supervisor.changes import RunWatch
 from mcp_rl.supervisor.registry import Registry
+from mcp_rl.supervisor.results import RunResults, get_results, run_dir_of
+from mcp_rl.supervisor.rollouts import MAX_PAGE, RolloutPage, rollout_page
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.server.budget import Jobs
 from mcp_rl.server.rl_server import LifespanWork
 from mcp_rl.settings import Settings

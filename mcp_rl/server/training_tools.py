@@ -16,7 +16,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from mcp_rl.costs.training import estimate_training
+from mcp_rl.config.training_cost import estimate_training
 from mcp_rl.environments.discovery import task_class_names
 from mcp_rl.environments.validate import start_note
 from mcp_rl.idempotency import KEY_TTL_S, IdempotencyStore

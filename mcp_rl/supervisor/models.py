@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from mcp_rl.evaluation.summary import HeldOutSummary
 from mcp_rl.metrics.signal import LearningSignal
+from mcp_rl.proof.summary import HeldOutSummary
 from mcp_rl.rundir import TrainerPhase
 from mcp_rl.supervisor.launchers import JobInfo, Submission
 from mcp_rl.supervisor.states import ProcState, RunState

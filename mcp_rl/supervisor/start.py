@@ -14,7 +14,7 @@ from pathlib import Path
 from mcp_rl import processes
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.config import RunOptions, Session, build_run_config, resolve_run_options
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.errors import LaunchError, UserError
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import LOGS_DIR, RUN_FILE

@@ -11,11 +11,11 @@ from typing import Any
 
 from mcp_rl import processes
 from mcp_rl.errors import UnknownId, clip
-from mcp_rl.evaluation.held_out_note import held_out_note
-from mcp_rl.evaluation.summary import held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.signal import WINDOW_STEPS as SIGNAL_WINDOW_STEPS
 from mcp_rl.metrics.signal import learning_signal, with_held_out
+from mcp_rl.proof.held_out_note import held_out_note
+from mcp_rl.proof.summary import held_out_summary
 from mcp_rl.rundir import (
     COST_STEP_USD_KEY,
     COST_TOTAL_USD_KEY,
@@ -251,7 +251,7 @@ def _metrics(path: Path, trainer_status: dict[str, Any]) -> RunMetrics | None:
     latest = latest or {}
     step = latest.get(STEP_KEY)
     # Accuracy is the environment's to report: it logs it to env_metrics.jsonl (see
-    # mcp_rl.metrics.env_metrics); the trainer's own line wins where both have a key.
+    # mcp_rl.environments.env_metrics); the trainer's own line wins where both have a key.
     env_latest = last_json_line(path.with_name(ENV_METRICS_FILE)) or {}
     latest = {**env_latest, **latest}
     return RunMetrics(

@@ -24,7 +24,6 @@ import psutil
 
 from mcp_rl import processes
 from mcp_rl.costs.tracker import CostTracker, tracker_for
-from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, start_line
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     LOSS_KEY,
@@ -52,6 +51,7 @@ from mcp_rl.trainer.retention import prune
 from mcp_rl.trainer.rollouts import rollout_groups
 from mcp_rl.trainer.status import RunRecorder, last_state
 from mcp_rl.trainer.step_data import Notices, prepare_step
+from mcp_rl.trainer.trainer_eval import HeldOutEvaluator, start_line
 
 log = logging.getLogger(__name__)
 

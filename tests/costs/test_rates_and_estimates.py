@@ -112,10 +112,10 @@ def test_a_run_on_a_self_hosted_tinker_server_has_no_tinker_bill(
 ) -> None:
     from types import SimpleNamespace
 
+    from mcp_rl.config.training_cost import estimate_training
     from mcp_rl.costs.consent import gate
     from mcp_rl.costs.meter import TokenMeter
     from mcp_rl.costs.tracker import tracker_for
-    from mcp_rl.costs.training import estimate_training
     from tests.kit.runs import run_config
 
     # A model no pricing file knows: hosted Tinker's run cannot be priced, a self-hosted one needs no price.

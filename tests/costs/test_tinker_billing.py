@@ -74,7 +74,7 @@ async def test_the_runs_billed_usage_is_what_tinker_reports_for_its_sessions(
         assert query["starting_on"].endswith(("00:00Z", "00:00+00:00")), query
 
         # rl_get_results: the estimate, with Tinker's billed figure beside it.
-        from mcp_rl.metrics.results import get_results
+        from mcp_rl.supervisor.results import get_results
 
         config.dump(config.paths.run_dir / "run.yaml")
         rows = [{"step": 1, COST_TRAINED_TOKENS_KEY: trained, COST_STEP_USD_KEY: 1e-5, COST_TOTAL_USD_KEY: 1e-5}]

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.environments.discovery import ScanCache, parse_file, scan
-from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, make_env

@@ -63,7 +63,7 @@ def test_openenv_folders_are_found_by_their_manifest(tmp_path: Path) -> None:
 def test_an_openenv_folder_is_listed_and_selected_with_its_folder_preset(home: Path, tmp_path: Path) -> None:
     import json
 
-    from mcp_rl.environments.service import EnvironmentService
+    from mcp_rl.config.environment_service import EnvironmentService
     from mcp_rl.settings import Settings
     from tests.conftest import make_env
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.environments.dependencies import ImportChecker, missing_dependency
 from mcp_rl.environments.discovery import candidate_files, scan
 from mcp_rl.environments.introspect_worker import IntrospectionWorker, introspection_env
 from mcp_rl.environments.loader import package_location
-from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import UserError
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, REPO, make_env

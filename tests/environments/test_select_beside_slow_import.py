@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, make_env
 from tests.kit.wait import wait_for

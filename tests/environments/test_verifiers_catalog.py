@@ -24,7 +24,7 @@ def test_tasksets_are_found_by_source(tmp_path: Path) -> None:
 
 
 def test_a_taskset_is_listed_and_selected_with_its_preset(home: Path, tmp_path: Path) -> None:
-    from mcp_rl.environments.service import EnvironmentService
+    from mcp_rl.config.environment_service import EnvironmentService
     from mcp_rl.settings import Settings
 
     made = tmp_path / "fam" / "verifiers-0.4.0"

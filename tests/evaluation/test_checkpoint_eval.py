@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mcp_rl.evaluation.outcomes import read_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.proof.outcomes import read_outcomes
+from mcp_rl.proof.stats import paired_comparison
 from mcp_rl.settings import Settings
 from tests.conftest import make_env, stdio_params
 from tests.kit.runs import write_local_checkpoint_run

@@ -8,7 +8,7 @@ import pytest
 
 from mcp_rl.errors import NotFound, UserError
 from mcp_rl.evaluation import checkpoint_eval
-from mcp_rl.evaluation.heldout import NoHeldOutItems
+from mcp_rl.proof.heldout import NoHeldOutItems
 from mcp_rl.runconfig import EnvironmentRef, RunConfig
 from mcp_rl.settings import Settings
 from tests.conftest import make_env

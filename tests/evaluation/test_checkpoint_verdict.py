@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 from mcp_rl.evaluation.checkpoint_models import CheckpointInfo, EvalModel, EvalSpec
-from mcp_rl.evaluation.heldout import HeldOutItem, HeldOutSet
-from mcp_rl.evaluation.outcomes import ItemOutcome, write_outcomes
-from mcp_rl.evaluation.summary import held_out_summary
-from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator
 from mcp_rl.evaluation.worker import EvalWorker, initial_result
+from mcp_rl.proof.heldout import HeldOutItem, HeldOutSet
+from mcp_rl.proof.outcomes import ItemOutcome, write_outcomes
+from mcp_rl.proof.summary import held_out_summary
 from mcp_rl.rundir import eval_outcomes_file
+from mcp_rl.trainer.trainer_eval import HeldOutEvaluator
 from tests.kit.runs import TOY_ENV
 
 RNG = random.Random(7)

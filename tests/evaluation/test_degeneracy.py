@@ -1,4 +1,4 @@
-"""Issue 44, degeneracy read from the answers (mcp_rl.evaluation.verdict): answers stopped at
+"""Issue 44, degeneracy read from the answers (mcp_rl.proof.verdict): answers stopped at
 max_tokens, answers that repeat the prompt, each group's own constant answer, an environment's
 own evaluate() with per-item answers (a lower-bound constant) or only an aggregate (no baseline,
 said). Synthetic evaluation rows, and the marks as the trainer's sampling makes them."""
@@ -9,12 +9,11 @@ import random
 from pathlib import Path
 from typing import Any
 
-from mcp_rl.evaluation.env_eval import per_item_outcomes
-from mcp_rl.evaluation.heldout import HeldOutItem, HeldOutSet
-from mcp_rl.evaluation.outcomes import AggregateScore, ItemOutcome, write_aggregate, write_outcomes
-from mcp_rl.evaluation.summary import held_out_summary
-from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, item_outcomes, sample_answers
-from mcp_rl.evaluation.verdict import (
+from mcp_rl.proof.env_eval import per_item_outcomes
+from mcp_rl.proof.heldout import HeldOutItem, HeldOutSet
+from mcp_rl.proof.outcomes import AggregateScore, ItemOutcome, write_aggregate, write_outcomes
+from mcp_rl.proof.summary import held_out_summary
+from mcp_rl.proof.verdict import (
     AT_LIMIT_SHARE,
     ECHO_SHARE,
     NO_BASELINE_AGGREGATE,
@@ -26,6 +25,7 @@ from mcp_rl.evaluation.verdict import (
 )
 from mcp_rl.rundir import eval_outcomes_file
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
+from mcp_rl.trainer.trainer_eval import HeldOutEvaluator, item_outcomes, sample_answers
 
 RNG = random.Random(7)
 N = 120
@@ -59,7 +59,7 @@ def items(grader=exact) -> HeldOutSet:
 
 
 def evaluate(run_dir: Path, step: int, held: HeldOutSet, texts: list[str], at_limit: list[bool] | None = None):
-    from mcp_rl.evaluation.trainer_eval import SampledAnswer
+    from mcp_rl.trainer.trainer_eval import SampledAnswer
 
     marks = at_limit or [False] * len(texts)
     outcomes = item_outcomes(held, [SampledAnswer(t, m) for t, m in zip(texts, marks, strict=True)])

@@ -1,4 +1,4 @@
-"""Reading an Atropos environment's own evaluate() results (mcp_rl.evaluation.env_eval): per-item
+"""Reading an Atropos environment's own evaluate() results (mcp_rl.proof.env_eval): per-item
 samples into paired outcomes, metrics-only reports into an aggregate with an unpaired comparison,
 and the static check of whether a class has an evaluate() of its own."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mcp_rl.evaluation.env_eval import (
+from mcp_rl.proof.env_eval import (
     CAPTURED_FILE,
     METRICS_FILE,
     SAMPLES_FILE,
@@ -25,11 +25,11 @@ from mcp_rl.evaluation.env_eval import (
     per_item_outcomes,
     read_evaluation,
 )
-from mcp_rl.evaluation.outcomes import read_outcomes
-from mcp_rl.evaluation.stats import TWO_PROPORTION_TEST, unpaired_comparison
-from mcp_rl.evaluation.summary import held_out_summary
-from mcp_rl.evaluation.trainer_eval import record_env_evaluation
+from mcp_rl.proof.outcomes import read_outcomes
+from mcp_rl.proof.stats import TWO_PROPORTION_TEST, unpaired_comparison
+from mcp_rl.proof.summary import held_out_summary
 from mcp_rl.rundir import eval_outcomes_file
+from mcp_rl.trainer.trainer_eval import record_env_evaluation
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "envs"
 
@@ -156,7 +156,7 @@ def _run_with(settings_home: Path, name: str, file_path: Path, class_name: str, 
 
 
 def test_held_out_null_always_has_a_reason(home: Path) -> None:
-    from mcp_rl.evaluation.held_out_note import held_out_note
+    from mcp_rl.proof.held_out_note import held_out_note
 
     counting = _run_with(home, "counting", FIXTURES / "good" / "counting.py", "CountingEnv")
     note = held_out_note(counting, ended=True)
@@ -195,8 +195,8 @@ class Chooser:
 def test_the_environments_own_evaluate_runs_unchanged_against_a_served_model(
     tmp_path: Path, default_model: Path
 ) -> None:
-    from mcp_rl.evaluation.env_eval import run_environment_evaluate
     from mcp_rl.ports import allocate_ports
+    from mcp_rl.proof.env_eval import run_environment_evaluate
     from mcp_rl.trainer.inference_server import InferenceService, ServerThread, build_app
 
     fixture = FIXTURES / "own_eval" / "larger_number.py"

@@ -1,5 +1,5 @@
 """Held-out figures from every way an Atropos environment reports its evaluation
-(mcp_rl.environments.eval_capture, read by mcp_rl.evaluation.env_eval): the five styles of the
+(mcp_rl.environments.eval_capture, read by mcp_rl.proof.env_eval): the five styles of the
 public Atropos environments, as small fixtures importing nothing from mcp-rl, each run unchanged
 in Atropos's evaluate mode by the real runner child against a loopback OpenAI-compatible server;
 and the metric rule on reports not shaped like those fixtures."""
@@ -20,7 +20,7 @@ from mcp_rl.environments.eval_capture import (
     pending_eval_metrics,
     returned_metrics,
 )
-from mcp_rl.evaluation.env_eval import EnvEvaluateError, read_evaluation, run_environment_evaluate
+from mcp_rl.proof.env_eval import EnvEvaluateError, read_evaluation, run_environment_evaluate
 from tests.fakes.fake_openrouter import FakeOpenRouter
 
 STYLES = Path(__file__).resolve().parents[1] / "fixtures" / "envs" / "report_styles"
@@ -153,8 +153,8 @@ def test_hook_helpers_read_the_shapes_public_environments_use() -> None:
 
 
 def test_the_note_of_an_evaluation_with_no_score_lists_what_was_seen(home: Path) -> None:
-    from mcp_rl.evaluation.env_eval import CONFIG_FILE, LOG_FILE, NO_SCORE_FILE
-    from mcp_rl.evaluation.held_out_note import held_out_note
+    from mcp_rl.proof.env_eval import CONFIG_FILE, LOG_FILE, NO_SCORE_FILE
+    from mcp_rl.proof.held_out_note import held_out_note
     from mcp_rl.rundir import EVAL_DIR
     from tests.evaluation.test_env_eval import _run_with
 

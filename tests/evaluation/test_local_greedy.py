@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_rl.evaluation.local_greedy import greedy_completions, shared_prefix_length
+from mcp_rl.trainer.local_greedy import greedy_completions, shared_prefix_length
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mcp_rl.evaluation.outcomes import evaluated_steps, read_outcomes
-from mcp_rl.evaluation.stats import paired_comparison
+from mcp_rl.proof.outcomes import evaluated_steps, read_outcomes
+from mcp_rl.proof.stats import paired_comparison
 from mcp_rl.rundir import eval_outcomes_file
 from tests.conftest import stdio_params
 from tests.kit.mcp import ok, run_to_end

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from mcp_rl.errors import UserError
-from mcp_rl.evaluation.stats import (
+from mcp_rl.proof.stats import (
     MCNEMAR_TEST,
     WILCOXON_TEST,
     bootstrap_mean_interval,

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from mcp_rl.evaluation.heldout import NoHeldOutItems, held_out_set
-from mcp_rl.evaluation.outcomes import read_outcomes
-from mcp_rl.evaluation.summary import held_out_summary
-from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, start_line
+from mcp_rl.proof.heldout import NoHeldOutItems, held_out_set
+from mcp_rl.proof.outcomes import read_outcomes
+from mcp_rl.proof.summary import held_out_summary
 from mcp_rl.runconfig import EnvironmentRef, RunConfig
 from mcp_rl.rundir import eval_outcomes_file
 from mcp_rl.trainer.backends.base import SampledSequence, Sampler, SamplingRequest
+from mcp_rl.trainer.trainer_eval import HeldOutEvaluator, start_line
 from tests.kit.runs import run_config
 
 

@@ -1,4 +1,4 @@
-"""Issue 44: held-out figures beside their trivial baselines (mcp_rl.evaluation.verdict), on
+"""Issue 44: held-out figures beside their trivial baselines (mcp_rl.proof.verdict), on
 synthetic evaluation rows: a constant-answer model, a majority-answer tie, partial-credit digit
 soup, and a genuine gain that gets no warning."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from mcp_rl.evaluation.heldout import HeldOutItem, HeldOutSet
-from mcp_rl.evaluation.outcomes import ItemOutcome, read_constant, write_outcomes
-from mcp_rl.evaluation.summary import held_out_summary
-from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator
-from mcp_rl.evaluation.verdict import answer_shape, best_constant, shape_warnings, verdict_sentence
+from mcp_rl.proof.heldout import HeldOutItem, HeldOutSet
+from mcp_rl.proof.outcomes import ItemOutcome, read_constant, write_outcomes
+from mcp_rl.proof.summary import held_out_summary
+from mcp_rl.proof.verdict import answer_shape, best_constant, shape_warnings, verdict_sentence
 from mcp_rl.rundir import eval_outcomes_file
+from mcp_rl.trainer.trainer_eval import HeldOutEvaluator
 
 # "How many r's in <word>?": the true counts of 200 items, 0 for 36 % of them (as in the issue's run).
 RNG = random.Random(44)
@@ -175,7 +175,7 @@ class CountR(Task):
 
 def test_a_tasks_metadata_groups_its_held_out_figures(tmp_path: Path) -> None:
     # Issue 44: a task returning {"count": n} got `groups: []`; metadata(item) was never read.
-    from mcp_rl.evaluation.heldout import held_out_set
+    from mcp_rl.proof.heldout import held_out_set
     from mcp_rl.runconfig import EnvironmentRef
 
     (tmp_path / "count_r.py").write_text(TASK)

@@ -25,7 +25,7 @@ import anyio
 import pytest
 from mcp import Client, MCPError
 
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings
 from tests.conftest import FIXTURES, REPO, make_env, stdio_params

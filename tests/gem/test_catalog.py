@@ -8,8 +8,8 @@ import pytest
 from mcp import Client
 
 from mcp_rl import config
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.environments import gem_catalog
-from mcp_rl.environments.service import EnvironmentService
 from mcp_rl.errors import NotFound
 from mcp_rl.server import build_server
 from mcp_rl.settings import Settings

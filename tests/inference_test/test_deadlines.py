@@ -12,7 +12,7 @@ import psutil
 import pytest
 from pydantic import SecretStr
 
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.inference_test import service
 from mcp_rl.inference_test.models import WORKER_FILE, WorkerRecord
 from mcp_rl.settings import Settings

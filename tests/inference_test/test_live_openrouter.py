@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.environments.service import EnvironmentService
+from mcp_rl.config.environment_service import EnvironmentService
 from mcp_rl.inference_test import service
 from mcp_rl.settings import Settings
 from tests.kit.smoke_tests import ENV_NAME

@@ -371,7 +371,7 @@ def test_the_verdict_is_kept_with_the_rollouts(tmp_path: Path) -> None:
 
 
 def test_the_run_estimate_adds_the_judge_priced_from_openrouter(tmp_path: Path, home: Path) -> None:
-    from mcp_rl.costs.training import estimate_training
+    from mcp_rl.config.training_cost import estimate_training
     from mcp_rl.settings import Settings
     from tests.conftest import make_env
     from tests.kit.runs import arithmetic_run_config

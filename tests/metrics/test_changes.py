@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from mcp_rl.metrics.changes import RUNS_URI, RunWatch, run_uris
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.changes import RUNS_URI, RunWatch, run_uris
 from mcp_rl.supervisor.registry import Registry
 from mcp_rl.supervisor.states import RunState
 from tests.kit.runs import register, write_run

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mcp_rl.environments import eval_capture
-from mcp_rl.metrics import env_metrics, store
+from mcp_rl.environments import env_metrics, eval_capture
+from mcp_rl.metrics import store
 
 
 class _Server:

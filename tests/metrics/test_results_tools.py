@@ -18,9 +18,9 @@ from mcp.types import ImageContent, ResourceLink, TextContent
 
 from mcp_rl.metrics import store, wandb_reader
 from mcp_rl.metrics.plot import HEIGHT_PX, WIDTH_PX
-from mcp_rl.metrics.results import get_results
 from mcp_rl.server.app import build_server
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.results import get_results
 from tests.conftest import make_env
 from tests.fakes.wandb_server import API_KEY, ENTITY, WandbServer, recorded_group
 from tests.kit.runs import reward_at, write_run

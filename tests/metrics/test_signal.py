@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from mcp_rl.metrics.results import local_results
 from mcp_rl.metrics.signal import learning_signal
 from mcp_rl.rundir import METRICS_FILE
 from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
 from mcp_rl.supervisor.registry import Registry
+from mcp_rl.supervisor.results import local_results
 from mcp_rl.supervisor.states import RunState
 from tests.conftest import make_env
 from tests.kit.runs import run_record
@@ -106,7 +106,7 @@ def test_a_small_share_or_too_few_steps_do_not_warn() -> None:
 def test_the_rise_test_matches_a_brute_force_count() -> None:
     from itertools import permutations
 
-    from mcp_rl.evaluation.stats import bootstrap_difference_interval, permutation_p_greater
+    from mcp_rl.proof.stats import bootstrap_difference_interval, permutation_p_greater
 
     before, after = [0.1, 0.2, 0.1], [0.3, 0.2, 0.4]
     values = before + after
@@ -150,7 +150,7 @@ def test_rl_check_status_carries_the_warning(tmp_path: Path) -> None:
 
 
 def _held_out(base_step: int, step: int, base: float, trained: float, low: float, high: float, p: float):
-    from mcp_rl.evaluation.summary import HeldOutSummary
+    from mcp_rl.proof.summary import HeldOutSummary
 
     return HeldOutSummary(
         n=201,
@@ -200,8 +200,8 @@ def test_a_run_with_no_signal_since_its_first_step_warns_from_its_third_whatever
 
 
 def test_dead_groups_warn_whatever_the_reward_when_a_constant_answer_does_as_well() -> None:
-    from mcp_rl.evaluation.verdict import ConstantBaseline
     from mcp_rl.metrics.signal import with_held_out
+    from mcp_rl.proof.verdict import ConstantBaseline
 
     # The training reward rises (a trick pays) while most groups carry no signal.
     rising = learning_signal(rows([7, 8, 7, 8, 7, 8, 7, 8, 7, 8, 7], reward=[0.1 * i for i in range(11)]))

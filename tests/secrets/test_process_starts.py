@@ -65,7 +65,7 @@ OUR_CODE = {
     "process, whose environment is already the user-code one",
     "mcp_rl/environments/bundled/verifiers_env.py:Worker.__init__": "inside the environment process "
     "(already the user-code environment)",
-    "mcp_rl/evaluation/env_eval.py:run_environment_evaluate": "its env is a parameter: each caller (the "
+    "mcp_rl/proof/env_eval.py:run_environment_evaluate": "its env is a parameter: each caller (the "
     "evaluation worker, the trainer's evaluate()) is held to user_code_env by the test below",
     "mcp_rl/inference_test/runner.py:TestWorker._start": "child_env() of that module, built on user_code_env",
     "mcp_rl/inference_test/runner.py:LocalServer.spawn": "mcp-rl's own model server (serve_model), no user code",
@@ -280,7 +280,7 @@ def test_task_code_run_in_process_does_not_see_the_keys_our_clients_hold(
 ) -> None:
     """The trainer and the evaluation worker make a task's held-out items in-process: its code
     finds no Tinker or OpenRouter key in os.environ unless it names it."""
-    from mcp_rl.evaluation.heldout import held_out_set
+    from mcp_rl.proof.heldout import held_out_set
     from mcp_rl.runconfig import EnvironmentRef
 
     path = tmp_path / "peek.py"

@@ -165,7 +165,7 @@ def test_the_held_out_fields_the_train_prompt_names_exist(settings) -> None:
     # a field renamed in the summary must not leave the prompt pointing at nothing.
     from types import SimpleNamespace
 
-    from mcp_rl.evaluation.summary import HeldOutSummary
+    from mcp_rl.proof.summary import HeldOutSummary
     from mcp_rl.server.prompts import train_environment_text
 
     text = train_environment_text(SimpleNamespace(settings=settings), None, None)  # only its settings are read

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcp_rl.environments.discovery import scan, task_class_names
-from mcp_rl.evaluation.heldout import held_out_set, is_task
+from mcp_rl.proof.heldout import held_out_set, is_task
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.task import Task
 

@@ -67,7 +67,7 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
         "step_000003.jsonl",
     ]
     # Every row says whether its generation stopped at max_tokens and whether it repeats the prompt.
-    from mcp_rl.evaluation.outcomes import read_outcomes
+    from mcp_rl.proof.outcomes import read_outcomes
 
     rows = read_outcomes(config.paths.run_dir / "eval" / "step_000003.jsonl")
     assert len(rows) == TEST_HELD_OUT_LIMIT

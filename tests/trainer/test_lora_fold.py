@@ -103,7 +103,7 @@ def test_an_untrained_adapter_gives_exactly_the_base() -> None:
 def test_the_evaluation_runs_on_every_usable_core_then_gives_them_back(
     tiny_model, eval_threads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_rl.evaluation import local_greedy
+    from mcp_rl.trainer import local_greedy
     from mcp_rl.trainer.backends.local import LocalBackend
     from mcp_rl.trainer.cpus import usable_cpus
 

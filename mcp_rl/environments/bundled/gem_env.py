@@ -395,7 +395,7 @@ class GemEnv(BaseEnv):
             "eval/turns_per_episode": sum(len(e.turns) for e in episodes) / len(episodes),
             "eval/seconds": time.time() - start,
         }
-        # Per seed, for mcp-rl's held-out figures (mcp_rl.evaluation.env_eval runs this evaluate()
+        # Per seed, for mcp-rl's held-out figures (mcp_rl.proof.env_eval runs this evaluate()
         # against the base and the trained weights and pairs the games by seed); Atropos writes
         # them only when data_dir_to_save_evals is set.
         if self.config.data_dir_to_save_evals:

@@ -13,7 +13,7 @@ Items are the datasets' own (question, answer, metadata), scored by the dataset'
 
 evaluate() answers the held-out items greedily and reports one sample per item (its dataset
 included) through Atropos's evaluate_log: mcp-rl's trainer runs it before step 1 and after the
-last step, and pairs the items by id (mcp_rl.evaluation.env_eval); training and held-out
+last step, and pairs the items by id (mcp_rl.proof.env_eval); training and held-out
 figures are also given per dataset.
 """
 

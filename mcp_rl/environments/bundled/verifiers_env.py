@@ -279,7 +279,7 @@ class VerifiersEnv(BaseEnv):
             "eval/items": float(len(rewards)),
             "eval/seconds": time.time() - start,
         }
-        # Per task, for mcp-rl's held-out figures (mcp_rl.evaluation.env_eval runs this evaluate()
+        # Per task, for mcp-rl's held-out figures (mcp_rl.proof.env_eval runs this evaluate()
         # against the base and the trained weights and pairs the tasks by index); Atropos writes
         # them only when data_dir_to_save_evals is set.
         if self.config.data_dir_to_save_evals:

@@ -176,7 +176,7 @@ class LocalBackend(TrainingBackend):
 
     def sample_greedy(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Greedy completions of many prompts in one batch (held-out evaluation): their shared
-        prefix computed once, one forward for the rest (mcp_rl.evaluation.local_greedy), through
+        prefix computed once, one forward for the rest (mcp_rl.trainer.local_greedy), through
         the adapter folded into the base weights (lora_fold.py). The weights are held
         exclusively: nothing may compute gradients while the adapter is switched off.
 
@@ -185,7 +185,7 @@ class LocalBackend(TrainingBackend):
         large matmuls, which a second thread speeds up (201 arithmetic items: ~11 s on one
         thread, ~8 s on two), unlike the small operators of training and sampling (one thread
         on two cores, `configure_torch_threads`)."""
-        from mcp_rl.evaluation.local_greedy import greedy_completions  # only evaluations need it
+        from mcp_rl.trainer.local_greedy import greedy_completions  # only evaluations need it
 
         torch = self._torch
         threads = torch.get_num_threads()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mcp_rl.evaluation.env_eval import CONFIG_FILE, LOG_FILE, NO_SCORE_FILE, uses_own_evaluate, what_to_add
-from mcp_rl.evaluation.heldout import ITEM_ENVIRONMENTS, is_gem, is_task
+from mcp_rl.proof.env_eval import CONFIG_FILE, LOG_FILE, NO_SCORE_FILE, uses_own_evaluate, what_to_add
+from mcp_rl.proof.heldout import ITEM_ENVIRONMENTS, is_gem, is_task
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import EVAL_DIR, RUN_FILE
 

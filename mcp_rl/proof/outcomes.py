@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_rl.atomic import write_text_atomic
-from mcp_rl.evaluation.verdict import ConstantBaseline
+from mcp_rl.proof.verdict import ConstantBaseline
 from mcp_rl.rundir import EVAL_DIR, read_jsonl
 
 # A completion longer than this is cut in the file (the score was taken on the whole text).
@@ -26,7 +26,7 @@ class ItemOutcome(BaseModel):
     group: str | None = None  # the item's label (a mixture's dataset), when the environment gives one
     # Its generation stopped at max_tokens, cut before it ended (None: the evaluation cannot tell).
     at_limit: bool | None = None
-    # The completion repeats the item's prompt (mcp_rl.evaluation.verdict.repeats_prompt; None: prompt unknown).
+    # The completion repeats the item's prompt (mcp_rl.proof.verdict.repeats_prompt; None: prompt unknown).
     echo: bool | None = None
 
 
@@ -112,7 +112,7 @@ def read_measure(run_dir: Path) -> str | None:
         return None
 
 
-# What the best constant answer scores on the items of the evaluation at step S (mcp_rl.evaluation.verdict):
+# What the best constant answer scores on the items of the evaluation at step S (mcp_rl.proof.verdict):
 # `eval/step_{S:06d}.constant.json`.
 CONSTANT_SUFFIX = ".constant.json"
 

@@ -372,7 +372,7 @@ class Verdict(BaseModel):
 
 
 class Row(Protocol):
-    """One evaluation row as the verdict reads it (mcp_rl.evaluation.outcomes.ItemOutcome)."""
+    """One evaluation row as the verdict reads it (mcp_rl.proof.outcomes.ItemOutcome)."""
 
     item: str
     completion: str

@@ -8,9 +8,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import UnknownId, clip
-from mcp_rl.metrics.results import _registry_record, run_dir_of
 from mcp_rl.rundir import ROLLOUTS_FILE, RUN_FILE, RolloutGroup, is_run_id, read_rollouts
 from mcp_rl.settings import Settings
+from mcp_rl.supervisor.results import _registry_record, run_dir_of
 
 MAX_PAGE = 10
 

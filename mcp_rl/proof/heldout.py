@@ -7,8 +7,8 @@ evaluation tool) sample and grade them: the same items every evaluation, never t
                 training problems up to commutation, none of them a few-shot example
     gsm8k       the first `eval_size` problems of the dataset's test split
     GEM         multi-turn games: its fixed eval seeds are played by the environment's own
-                evaluate() (gem_env.eval_seeds), run by mcp_rl.evaluation.env_eval, not here
-    any other   its own evaluate(), if it has one (mcp_rl.evaluation.env_eval); no items here
+                evaluate() (gem_env.eval_seeds), run by mcp_rl.proof.env_eval, not here
+    any other   its own evaluate(), if it has one (mcp_rl.proof.env_eval); no items here
                 (NoHeldOutItems says so)
 
 Each set carries the environment's evaluation sampling (greedy, its answer length).
@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from mcp_rl.errors import UserError
-from mcp_rl.evaluation.verdict import ConstantBaseline, best_constant
+from mcp_rl.proof.verdict import ConstantBaseline, best_constant
 from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.task import prompt_text
 

@@ -50,9 +50,9 @@ from mcp_rl.environments.eval_capture import (
     choose_metric,
     read_reports,
 )
-from mcp_rl.evaluation.outcomes import ItemOutcome
-from mcp_rl.evaluation.verdict import last_user_text, repeats_prompt
 from mcp_rl.processes import identify, spawn, stop_group
+from mcp_rl.proof.outcomes import ItemOutcome
+from mcp_rl.proof.verdict import last_user_text, repeats_prompt
 from mcp_rl.rundir import read_jsonl
 
 CONFIG_FILE = EVALUATE_CONFIG_FILE

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mcp_rl.errors import UserError
-from mcp_rl.evaluation.outcomes import (
+from mcp_rl.proof.outcomes import (
     ItemOutcome,
     evaluated_steps,
     read_aggregates,
@@ -18,8 +18,8 @@ from mcp_rl.evaluation.outcomes import (
     read_measure,
     read_outcomes,
 )
-from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
-from mcp_rl.evaluation.verdict import (
+from mcp_rl.proof.stats import paired_comparison, unpaired_comparison
+from mcp_rl.proof.verdict import (
     ADVICE,
     NO_BASELINE_AGGREGATE,
     THRESHOLDS,

@@ -9,7 +9,7 @@ at step 0, the same items at every evaluation, and per-item outcomes for a paire
 
 An environment mcp-rl has no items for, whose class has its own evaluate() (an eval split of its
 own), is evaluated by that evaluate(), unchanged, against the trainer's inference server at the
-same steps (mcp_rl.evaluation.env_eval): per-item outcomes when it reports them, else its
+same steps (mcp_rl.proof.env_eval): per-item outcomes when it reports them, else its
 aggregate score compared unpaired.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from mcp_rl.environments.discovery import declared_env_vars
 from mcp_rl.environments.mcp_family.taskfile import keys_needed
-from mcp_rl.evaluation.env_eval import DEFAULT_TIMEOUT_S, EnvEvaluation, run_environment_evaluate, uses_own_evaluate
-from mcp_rl.evaluation.heldout import HeldOutSet, NoHeldOutItems, held_out_set
-from mcp_rl.evaluation.outcomes import (
+from mcp_rl.proof.env_eval import DEFAULT_TIMEOUT_S, EnvEvaluation, run_environment_evaluate, uses_own_evaluate
+from mcp_rl.proof.heldout import HeldOutSet, NoHeldOutItems, held_out_set
+from mcp_rl.proof.outcomes import (
     AggregateScore,
     ItemOutcome,
     evaluated_steps,
@@ -37,8 +37,8 @@ from mcp_rl.evaluation.outcomes import (
     write_measure,
     write_outcomes,
 )
-from mcp_rl.evaluation.stats import paired_comparison, unpaired_comparison
-from mcp_rl.evaluation.verdict import last_user_text, repeats_prompt
+from mcp_rl.proof.stats import paired_comparison, unpaired_comparison
+from mcp_rl.proof.verdict import last_user_text, repeats_prompt
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
     EVAL_BASE_SCORE_KEY,

@@ -17,12 +17,12 @@ from pydantic import BaseModel, Field
 from mcp_rl.costs.summary import RunCost, add_billed, run_cost
 from mcp_rl.costs.tinker_billing import billed_for_run
 from mcp_rl.errors import NotFound, UnknownId, clip, clip_message
-from mcp_rl.evaluation.held_out_note import held_out_note
-from mcp_rl.evaluation.summary import HeldOutSummary, held_out_summary
 from mcp_rl.metrics import store
 from mcp_rl.metrics.signal import LearningSignal, learning_signal, with_held_out
 from mcp_rl.metrics.store import HistoryPoint, MetricSummary, WeightsInfo
 from mcp_rl.metrics.wandb_reader import WandbMode, WandbQuery, WandbReport, WandbRunInfo, lookup
+from mcp_rl.proof.held_out_note import held_out_note
+from mcp_rl.proof.summary import HeldOutSummary, held_out_summary
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import RUN_FILE, TrainerPhase, is_run_id
 from mcp_rl.settings import Settings
