@@ -234,7 +234,8 @@ async def _wandb_report(query: WandbQuery, cache: dict[str, Any] | None) -> Wand
     key = f"wandb:{query.entity}/{query.project}/{query.group}"
     now = time.monotonic()
     if cache is not None and key in cache and now - cache[key][0] < WANDB_CACHE_TTL_S:
-        return cache[key][1]
+        cached: WandbReport = cache[key][1]
+        return cached
     report = await lookup(query)
     # Only a real answer is reused; a failure is retried on the next call.
     if cache is not None and report.mode == "online" and report.runs:
