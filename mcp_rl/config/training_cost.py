@@ -1,13 +1,20 @@
-"""The estimate of a training run, from its run file (or the config it would be built from)."""
+"""The estimate of a training run, from its run file (or the config it would be built from).
+
+Beside the config rather than in costs/: a preview builds the run file from the session's
+config, and costs/ sits below config and imports none of it."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from mcp_rl.config.build import build_run_config
+from mcp_rl.config.environment_service import EnvironmentService
+from mcp_rl.config.session import Session
 from mcp_rl.costs.estimate import Estimate, RunShape, estimate_run, fmt
 from mcp_rl.costs.openrouter import fetch_prices
 from mcp_rl.costs.rates import tinker_rates
+from mcp_rl.environments.introspect import ConfigSpec
 from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.errors import UserError
 from mcp_rl.runconfig import RunConfig
@@ -94,11 +101,10 @@ def judge_estimate(settings: Settings, config: RunConfig, shape: RunShape) -> di
 PREVIEW_RUN_ID = "cost-preview"
 
 
-def preview(settings: Settings, session: Any, spec: Any) -> tuple[RunConfig | None, Estimate | None, str | None]:
+def preview(
+    settings: Settings, session: Session, spec: ConfigSpec
+) -> tuple[RunConfig | None, Estimate | None, str | None]:
     """The run file the current config would start, and its estimate; or why there is none."""
-    # config imports the environment layer; only a preview needs it
-    from mcp_rl.config import build_run_config
-
     try:
         config = build_run_config(settings, session, spec, PREVIEW_RUN_ID)
     except UserError as exc:
@@ -106,7 +112,7 @@ def preview(settings: Settings, session: Any, spec: Any) -> tuple[RunConfig | No
     return config, estimate_training(settings, config), None
 
 
-def cost_preview(settings: Settings, environments: Any) -> dict[str, Any]:
+def cost_preview(settings: Settings, environments: EnvironmentService) -> dict[str, Any]:
     """rl_get_current_config's estimated_cost: the estimate of the selected config, or why none."""
     session, spec = environments.selected()
     _, estimate, problem = preview(settings, session, spec)
