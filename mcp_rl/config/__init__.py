@@ -15,6 +15,9 @@ Modules, each one job (each imports only those above it):
   edits     one edit (rl_edit_config), stored only when every check passes
   build     run.yaml: the exact RunConfig a run's three processes get
   fit       after a selection, carried-over run options made to fit the new environment
+Above them, not re-exported here (they import the package):
+  environment_service  what the environment tools do: list, select, read and edit the session
+  training_cost        the estimate of the run the current config would start
 """
 
 from mcp_rl.config.build import build_run_config, local_model_location

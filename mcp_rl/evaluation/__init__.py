@@ -1,2 +1,4 @@
-"""Did it learn? Held-out evaluation of a base model and a trained one on the same items, and the
-paired statistics that compare them (stats)."""
+"""Checkpoint evaluations an agent starts (rl_evaluate): a base model and trained checkpoints on
+the same held-out items, in a worker process that drives the trainer's backends (worker), their
+planning and cost (checkpoint_eval, checkpoint_models, item_stats), and serving a checkpoint
+(serving). The held-out items, outcomes and statistics they use are the proof package's."""
