@@ -1,7 +1,7 @@
-"""The package's shape: no import cycle between mcp_rl's modules, counting every import
-(module-level and inside functions), and the package map of docs/design-notes.md held true: the
-arrows between packages are exactly the map's, each points down the map unless marked `↑` and
-named with its reason, and only the programs and `http_serve` import the server.
+"""The package's shape: no import cycle between mcp_rl's modules nor between its packages,
+counting every import (module-level and inside functions), and the package map of
+docs/design-notes.md held true: the arrows between packages are exactly the map's, every one
+points down the map (none runs back up), and only the programs and `http_serve` import the server.
 
 Importing `pkg.mod` also runs `pkg/__init__.py`; that parent link is not counted as an edge (a
 package's `__init__` re-exporting its modules is not a cycle).
@@ -10,7 +10,6 @@ package's `__init__` re-exporting its modules is not a cycle).
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent / "mcp_rl"
 NOTES = Path(__file__).resolve().parent.parent / "docs" / "design-notes.md"
 LAYERS = ("programs", "adapter", "services", "contracts", "base")
 ARROW = "─>"
-UP = "↑"
+UP = "↑"  # the mark an arrow back up once carried; the map has none now, and may not
 
 
 def _modules() -> dict[str, Path]:
@@ -110,9 +109,21 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return packages
 
 
+def test_no_package_cycle() -> None:
+    """Packages by layer: no package reaches itself through others (nine once formed one knot)."""
+    assert cycles(package_graph(import_graph())) == []
+
+
+def test_the_package_checker_sees_a_cycle_through_modules_that_form_none() -> None:
+    # modules a.x -> b.y -> a.z: no module cycle, but packages a and b import each other
+    graph = {"mcp_rl.a.x": {"mcp_rl.b.y"}, "mcp_rl.b.y": {"mcp_rl.a.z"}, "mcp_rl.a.z": set()}
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph)) == [["a", "b"]]
+
+
 class PackageMap:
     """The map block of the design notes: packages top to bottom, each with its arrows, the
-    layer it is in, the arrows marked `↑`, and the arrows named in the list after the map."""
+    layer it is in, and any arrow marked `↑` (back up: a problem, whatever its reason)."""
 
     def __init__(self, text: str) -> None:
         section = text[text.index("## Package map") :]
@@ -143,9 +154,6 @@ class PackageMap:
                     target = target[len(UP) :]
                     self.up.add((current, target))
                 self.arrows[current].add(target)
-        after = section[section.index("```", section.index("```\n") + 4) + 3 :]
-        after = after[: after.index("\n## ")]
-        self.named = set(re.findall(r"^- `([a-z_]+) -> ([a-z_]+)`: \S", after, re.M))
 
 
 def map_problems(the_map: PackageMap, packages: dict[str, set[str]]) -> list[str]:
@@ -165,15 +173,10 @@ def map_problems(the_map: PackageMap, packages: dict[str, set[str]]) -> list[str
     rank = {name: i for i, name in enumerate(the_map.order)}
     for name, targets in the_map.arrows.items():
         for target in sorted(targets):
-            upward = rank.get(target, len(rank)) < rank[name]
-            if upward and (name, target) not in the_map.up:
-                problems.append(f"{name} -> {target} runs back up without its {UP} mark")
-            if (name, target) in the_map.up and not upward:
+            if rank.get(target, len(rank)) < rank[name]:
+                problems.append(f"{name} -> {target} runs back up the map")
+            elif (name, target) in the_map.up:
                 problems.append(f"{name} -> {target} is marked {UP} but points down")
-            if upward and (name, target) not in the_map.named:
-                problems.append(f"{name} -> {target} runs back up without a named reason after the map")
-    for name in sorted(the_map.named - the_map.up):
-        problems.append(f"{name[0]} -> {name[1]} is named as running back up but is not marked {UP}")
     for name, targets in packages.items():
         if "server" in targets and the_map.layer.get(name) != "programs" and name != "http_serve":
             problems.append(f"{name} imports the server: only the programs and http_serve may")
@@ -182,11 +185,11 @@ def map_problems(the_map: PackageMap, packages: dict[str, set[str]]) -> list[str
 
 def test_the_code_is_the_design_notes_package_map() -> None:
     the_map = PackageMap(NOTES.read_text(encoding="utf-8"))
-    assert len(the_map.order) > 30 and the_map.up and the_map.up == the_map.named
+    assert len(the_map.order) > 30 and not the_map.up
     assert map_problems(the_map, package_graph(import_graph())) == []
 
 
-def test_the_map_checker_sees_an_added_arrow_an_unnamed_back_arrow_and_a_server_import() -> None:
+def test_the_map_checker_sees_an_added_arrow_a_back_arrow_and_a_server_import() -> None:
     the_map = PackageMap(NOTES.read_text(encoding="utf-8"))
     packages = package_graph(import_graph())
     added = {**packages, "rundir": packages["rundir"] | {"settings"}}
@@ -196,11 +199,25 @@ def test_the_map_checker_sees_an_added_arrow_an_unnamed_back_arrow_and_a_server_
     assert map_problems(
         the_map, {**packages, "rundir": packages["rundir"] | {"trainer"}, "costs": packages["costs"] | {"server"}}
     ) == [
-        "costs -> server runs back up without its ↑ mark",
-        "costs -> server runs back up without a named reason after the map",
-        "rundir -> trainer runs back up without its ↑ mark",
-        "rundir -> trainer runs back up without a named reason after the map",
+        "costs -> server runs back up the map",
+        "rundir -> trainer runs back up the map",
         "costs imports the server: only the programs and http_serve may",
+    ]
+
+
+def test_the_map_checker_refuses_an_arrow_marked_up_even_with_a_reason() -> None:
+    """The `↑` mark and a named reason after the map once let an arrow run back up; no longer."""
+    text = NOTES.read_text(encoding="utf-8")
+    line = "rundir          ─> errors locking"
+    assert line in text
+    marked = text.replace(line, f"{line} {UP}trainer {UP}settings", 1)
+    marked = marked.replace("\n## Layout", "\n- `rundir -> trainer`: a reason.\n\n## Layout", 1)
+    the_map = PackageMap(marked)
+    assert the_map.up == {("rundir", "trainer"), ("rundir", "settings")}
+    packages = package_graph(import_graph())
+    assert map_problems(the_map, {**packages, "rundir": packages["rundir"] | {"trainer", "settings"}}) == [
+        "rundir -> settings is marked ↑ but points down",
+        "rundir -> trainer runs back up the map",
     ]
 
 
