@@ -108,6 +108,10 @@ REWARD_KEY = "reward/mean"
 LOSS_KEY = "train/loss"
 TOKENS_KEY = "tokens"
 STEP_SECONDS_KEY = "time/step_seconds"
+# The trainer's per-step view of what the model wrote: the mean completion length in tokens, and
+# the groups whose completions were all the same tokens (the learning-signal monitors read both).
+COMPLETION_TOKENS_KEY = "batch/completion_tokens"
+SINGLE_COMPLETION_GROUPS_KEY = "batch/single_completion_groups"
 # Logged by environments that grade answers (the trainer never writes these).
 PERCENT_CORRECT_KEY = "train/percent_correct"
 EVAL_PERCENT_CORRECT_KEY = "eval/percent_correct"

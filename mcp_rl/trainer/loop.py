@@ -27,8 +27,10 @@ from mcp_rl.costs.tracker import CostTracker, tracker_for
 from mcp_rl.evaluation.trainer_eval import HeldOutEvaluator, start_line
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
+    COMPLETION_TOKENS_KEY,
     LOSS_KEY,
     REWARD_KEY,
+    SINGLE_COMPLETION_GROUPS_KEY,
     STEP_SECONDS_KEY,
     TOKENS_KEY,
     TrainerPhase,
@@ -111,6 +113,8 @@ def batch_metrics(stats: BatchStats) -> dict[str, Any]:
         "batch/groups": stats.groups,
         "batch/sequences": stats.sequences,
         "batch/zero_signal_groups": stats.zero_signal_groups,
+        COMPLETION_TOKENS_KEY: stats.completion_tokens_mean,
+        SINGLE_COMPLETION_GROUPS_KEY: stats.single_completion_groups,
     }
 
 
