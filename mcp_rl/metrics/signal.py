@@ -28,8 +28,8 @@ with numbers and advice:
 - **reward without held-out gain**: the training reward rose by 0.1 or more while the held-out
   score did not rise (as above): the reward pays for something the held-out check does not.
 
-Without a held-out evaluation after the base (eval_every 0, mid-run) the first and last cannot
-judge; `trends` still shows the figures. Their false-alarm rates on default runs of the bundled
+Without a held-out evaluation after the base (mid-run with eval_every 0) the length and reward
+rules cannot judge and stay silent; `trends` still shows the figures. Their false-alarm rates on default runs of the bundled
 tasks are measured by bench/bench_monitors.py.
 """
 
