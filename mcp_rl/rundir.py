@@ -112,6 +112,8 @@ STEP_SECONDS_KEY = "time/step_seconds"
 # the groups whose completions were all the same tokens (the learning-signal monitors read both).
 COMPLETION_TOKENS_KEY = "batch/completion_tokens"
 SINGLE_COMPLETION_GROUPS_KEY = "batch/single_completion_groups"
+# The share of a step's answers that are its most common completion (one answer whatever the item).
+TOP_COMPLETION_SHARE_KEY = "batch/top_completion_share"
 # Logged by environments that grade answers (the trainer never writes these).
 PERCENT_CORRECT_KEY = "train/percent_correct"
 EVAL_PERCENT_CORRECT_KEY = "eval/percent_correct"

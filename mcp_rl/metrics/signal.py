@@ -24,7 +24,10 @@ with numbers and advice:
   constant answer). A reward that pays for length is the usual cause.
 - **group collapse**: half or more of the latest groups (12+ groups) sampled one and the same
   completion for every answer (`batch/single_completion_groups`), up by 25 points or more from the
-  first steps, unless the held-out score rose: sampling has stopped exploring.
+  first steps, and either half or more of those steps' answers are one completion whatever the item
+  (`batch/top_completion_share`) or the held-out score did not rise. Groups that each settle on
+  their own item's answer are a model that learned short answers (a default arithmetic run: 3 % ->
+  78 % of its groups, and it learns), not a collapse.
 - **reward without held-out gain**: the training reward rose by 0.1 or more while the held-out
   score did not rise (as above): the reward pays for something the held-out check does not.
 
@@ -48,7 +51,13 @@ from mcp_rl.evaluation.stats import (
     permutation_p_greater,
 )
 from mcp_rl.evaluation.summary import HeldOutSummary
-from mcp_rl.rundir import COMPLETION_TOKENS_KEY, REWARD_KEY, SINGLE_COMPLETION_GROUPS_KEY, STEP_KEY
+from mcp_rl.rundir import (
+    COMPLETION_TOKENS_KEY,
+    REWARD_KEY,
+    SINGLE_COMPLETION_GROUPS_KEY,
+    STEP_KEY,
+    TOP_COMPLETION_SHARE_KEY,
+)
 
 GROUPS_KEY = "batch/groups"
 NO_SIGNAL_KEY = "batch/zero_signal_groups"
@@ -85,6 +94,9 @@ LENGTH_MIN_TOKENS = 4.0
 # many points above the first steps' share, over at least MIN_GROUPS groups.
 COLLAPSE_SHARE = 0.5
 COLLAPSE_RISE = 0.25
+# ... and the latest steps' most common completion at least this share of their answers (or the
+# held-out score did not rise).
+COLLAPSE_TOP_SHARE = 0.5
 # Reward without held-out gain: the training reward rose at least this much.
 REWARD_MIN_RISE = 0.1
 SINGLE_SHARE = "batch/single_completion_share"
@@ -112,7 +124,8 @@ class Trend(BaseModel):
 
     metric: str = Field(
         description="batch/completion_tokens (mean tokens per answer), batch/single_completion_share (groups whose "
-        "answers were all the same completion), or reward/mean."
+        "answers were all the same completion), batch/top_completion_share (answers that were the step's most common "
+        "completion), or reward/mean."
     )
     first_steps: list[int]
     recent_steps: list[int]
@@ -245,6 +258,7 @@ def _trends(head: list[dict[str, Any]], tail: list[dict[str, Any]]) -> list[Tren
     for metric, value in (
         (COMPLETION_TOKENS_KEY, lambda r: _number(r.get(COMPLETION_TOKENS_KEY))),
         (SINGLE_SHARE, _single_share),
+        (TOP_COMPLETION_SHARE_KEY, lambda r: _number(r.get(TOP_COMPLETION_SHARE_KEY))),
         (REWARD_KEY, lambda r: _number(r.get(REWARD_KEY))),
     ):
         before, after = [value(r) for r in first], [value(r) for r in recent]
@@ -455,8 +469,11 @@ def monitors(trends: list[Trend], held_out: HeldOutSummary | None) -> list[Monit
             )
         )
     collapse = by_metric.get(SINGLE_SHARE)
+    top = by_metric.get(TOP_COMPLETION_SHARE_KEY)
+    one_answer = top is not None and top.recent >= COLLAPSE_TOP_SHARE
     if (
         collapse is not None
+        and (one_answer or flat)
         and not (verdict is not None and verdict[0])
         and collapse.p_value < MONITOR_P
         and collapse.recent >= COLLAPSE_SHARE
@@ -469,6 +486,11 @@ def monitors(trends: list[Trend], held_out: HeldOutSummary | None) -> list[Monit
                     f"Groups are collapsing to one completion: in steps {_steps(collapse.recent_steps)} "
                     f"{collapse.recent:.0%} of groups sampled the very same answer every time, against "
                     f"{collapse.first:.0%} in steps {_steps(collapse.first_steps)} ({_test(collapse)})"
+                    + (
+                        f", and {top.recent:.0%} of all their answers were one and the same completion"
+                        if top is not None and one_answer
+                        else ""
+                    )
                     + (f"; {verdict[1]}" if verdict is not None else "")
                     + ". Such groups carry no learning signal and sampling no longer explores: the model may have "
                     "settled on one answer whatever the item."

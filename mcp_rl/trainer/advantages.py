@@ -17,6 +17,7 @@ not trained on: `unsupported_fields` names them so the trainer can say so.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,9 @@ class BatchStats:
     # Groups of two or more sequences whose completions are all the same tokens (the group has
     # collapsed to one answer: no signal, and sampling no longer explores).
     single_completion_groups: int = 0
+    # Share of the batch's sequences that are its most common completion: groups that collapsed
+    # each to their own right answer keep it low; one answer given to every item makes it high.
+    top_completion_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,7 @@ def build_examples(
     all_scores: list[float] = []
     zero_signal = per_token_groups = total_tokens = zeroed = single = 0
     completion_lengths: list[int] = []
+    completion_counts: Counter[tuple[int, ...]] = Counter()
     for group in batch:
         tokens_G = group["tokens"]
         masks_G = group["masks"]
@@ -233,6 +238,7 @@ def build_examples(
         all_scores.extend(scores_G)
         completions = [completion_tokens(list(t), list(m)) for t, m in zip(tokens_G, masks_G, strict=True)]
         completion_lengths.extend(len(c) for c in completions)
+        completion_counts.update(completions)
         if len(completions) > 1 and all(c == completions[0] for c in completions):
             single += 1
         for tokens, mask, adv, lps in zip(tokens_G, masks_G, advantages_G, logprobs_G, strict=True):
@@ -258,6 +264,7 @@ def build_examples(
         rebn_sequences=len(pooled),
         completion_tokens_mean=sum(completion_lengths) / len(completion_lengths) if completion_lengths else 0.0,
         single_completion_groups=single,
+        top_completion_share=max(completion_counts.values()) / len(completion_lengths) if completion_lengths else 0.0,
     )
     return examples, stats
 

@@ -33,6 +33,7 @@ from mcp_rl.rundir import (
     SINGLE_COMPLETION_GROUPS_KEY,
     STEP_SECONDS_KEY,
     TOKENS_KEY,
+    TOP_COMPLETION_SHARE_KEY,
     TrainerPhase,
     TrainerStartup,
     read_index,
@@ -115,6 +116,7 @@ def batch_metrics(stats: BatchStats) -> dict[str, Any]:
         "batch/zero_signal_groups": stats.zero_signal_groups,
         COMPLETION_TOKENS_KEY: stats.completion_tokens_mean,
         SINGLE_COMPLETION_GROUPS_KEY: stats.single_completion_groups,
+        TOP_COMPLETION_SHARE_KEY: stats.top_completion_share,
     }
 
 
