@@ -110,6 +110,12 @@ REWARD_KEY = "reward/mean"
 LOSS_KEY = "train/loss"
 TOKENS_KEY = "tokens"
 STEP_SECONDS_KEY = "time/step_seconds"
+# The trainer's per-step view of what the model wrote: the mean completion length in tokens, and
+# the groups whose completions were all the same tokens (the learning-signal monitors read both).
+COMPLETION_TOKENS_KEY = "batch/completion_tokens"
+SINGLE_COMPLETION_GROUPS_KEY = "batch/single_completion_groups"
+# The share of a step's answers that are its most common completion (one answer whatever the item).
+TOP_COMPLETION_SHARE_KEY = "batch/top_completion_share"
 # Logged by environments that grade answers (the trainer never writes these).
 PERCENT_CORRECT_KEY = "train/percent_correct"
 EVAL_PERCENT_CORRECT_KEY = "eval/percent_correct"

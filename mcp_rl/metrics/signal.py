@@ -12,10 +12,33 @@ groups without signal in many 5-step windows (items of mixed difficulty: most ar
 always right) and still learns: its held-out score goes 0.17 -> 0.33 .. 0.76 in 30 steps. A
 share alone would warn on a run that works. So a warning needs the first and the latest steps
 apart (two windows that do not overlap) and no significant rise of the reward between them.
+
+Reward-hacking monitors (issue 44), each comparing the run's first steps with its latest (up to 5
+steps a side, at least 4: the windows split a short run in two) with an exact one-sided
+permutation test on the per-step figures (p < 0.05), each a `monitors` entry naming its evidence
+with numbers and advice:
+
+- **length drift**: the mean completion length (tokens, `batch/completion_tokens`) grew by half
+  or more (and by 4+ tokens) while the held-out score did not rise (a later evaluation than the
+  base exists, and its paired test shows no gain at p < 0.05, or the model is not above the best
+  constant answer). A reward that pays for length is the usual cause.
+- **group collapse**: half or more of the latest groups (12+ groups) sampled one and the same
+  completion for every answer (`batch/single_completion_groups`), up by 25 points or more from the
+  first steps, and either half or more of those steps' answers are one completion whatever the item
+  (`batch/top_completion_share`) or the held-out score did not rise. Groups that each settle on
+  their own item's answer are a model that learned short answers (a default arithmetic run: 3 % ->
+  78 % of its groups, and it learns), not a collapse.
+- **reward without held-out gain**: the training reward rose by 0.1 or more while the held-out
+  score did not rise (as above): the reward pays for something the held-out check does not.
+
+Without a held-out evaluation after the base (mid-run with eval_every 0) the length and reward
+rules cannot judge and stay silent; `trends` still shows the figures. Their false-alarm rates on default runs of the bundled
+tasks are measured by bench/bench_monitors.py.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -28,7 +51,13 @@ from mcp_rl.proof.stats import (
     permutation_p_greater,
 )
 from mcp_rl.proof.summary import HeldOutSummary
-from mcp_rl.rundir import REWARD_KEY, STEP_KEY
+from mcp_rl.rundir import (
+    COMPLETION_TOKENS_KEY,
+    REWARD_KEY,
+    SINGLE_COMPLETION_GROUPS_KEY,
+    STEP_KEY,
+    TOP_COMPLETION_SHARE_KEY,
+)
 
 GROUPS_KEY = "batch/groups"
 NO_SIGNAL_KEY = "batch/zero_signal_groups"
@@ -52,6 +81,57 @@ FLAT_RISE = 0.05
 # evaluation, and only when its paired test finds no difference (p >= FLAT_P, interval across 0).
 FLAT_MIN_STEPS = 10
 FLAT_P = 0.05
+
+# The monitors' windows: the first and the latest steps, WINDOW_STEPS a side, or half the steps
+# of a shorter run; at least MONITOR_MIN_STEPS a side (with 4 + 4 steps the smallest p is 1/70).
+MONITOR_MIN_STEPS = 4
+MONITOR_P = 0.05
+# Length drift: the latest mean completion length at least LENGTH_RATIO times the first's and
+# LENGTH_MIN_TOKENS more.
+LENGTH_RATIO = 1.5
+LENGTH_MIN_TOKENS = 4.0
+# Group collapse: at least this share of the latest groups had one distinct completion, this
+# many points above the first steps' share, over at least MIN_GROUPS groups.
+COLLAPSE_SHARE = 0.5
+COLLAPSE_RISE = 0.25
+# ... and the latest steps' most common completion at least this share of their answers (or the
+# held-out score did not rise).
+COLLAPSE_TOP_SHARE = 0.5
+# Reward without held-out gain: the training reward rose at least this much.
+REWARD_MIN_RISE = 0.1
+SINGLE_SHARE = "batch/single_completion_share"
+
+
+class Monitor(StrEnum):
+    LENGTH_DRIFT = "length_drift"
+    """Completions grew longer while the held-out score did not rise."""
+    GROUP_COLLAPSE = "group_collapse"
+    """Most groups sampled one completion for every answer."""
+    REWARD_WITHOUT_HELD_OUT = "reward_without_held_out"
+    """The training reward rose while the held-out score did not."""
+
+
+class MonitorWarning(BaseModel):
+    """One reward-hacking monitor that fired: its evidence with numbers, and what to do."""
+
+    monitor: Monitor
+    warning: str
+    advice: list[str] = Field(default_factory=list)
+
+
+class Trend(BaseModel):
+    """A per-step figure over the run's first steps against its latest (windows apart)."""
+
+    metric: str = Field(
+        description="batch/completion_tokens (mean tokens per answer), batch/single_completion_share (groups whose "
+        "answers were all the same completion), batch/top_completion_share (answers that were the step's most common "
+        "completion), or reward/mean."
+    )
+    first_steps: list[int]
+    recent_steps: list[int]
+    first: float = Field(description="Mean of the per-step values over first_steps.")
+    recent: float = Field(description="Mean of the per-step values over recent_steps.")
+    p_value: float = Field(description="Exact one-sided permutation test that the recent steps' values are higher.")
 
 
 class LearningSignal(BaseModel):
@@ -79,6 +159,20 @@ class LearningSignal(BaseModel):
         "interval stated).",
     )
     advice: list[str] = Field(default_factory=list, description="What to change, as calls to make.")
+    completion_tokens: float | None = Field(None, description="Mean completion length in tokens over these steps.")
+    single_completion_share: float | None = Field(
+        None, description="Share of groups whose answers were all one and the same completion (collapsed)."
+    )
+    trends: list[Trend] = Field(
+        default_factory=list,
+        description="Completion length, collapsed groups and reward: the first steps against the latest (4+ steps "
+        "a side), what the monitors read.",
+    )
+    monitors: list[MonitorWarning] = Field(
+        default_factory=list,
+        description="Reward-hacking monitors that fired (length drifting up, groups collapsing to one completion, "
+        "training reward rising without the held-out score), each with its evidence and advice. Tell the person.",
+    )
 
 
 def _number(value: Any) -> float | None:
@@ -117,6 +211,13 @@ def learning_signal(
         reward_spread=round(sum(spreads) / len(spreads), 4) if spreads else None,
         reward_mean=round(sum(rewards) / len(rewards), 4) if rewards else None,
     )
+    lengths = [_number(r.get(COMPLETION_TOKENS_KEY)) for r in recent]
+    if all(v is not None for v in lengths):
+        signal.completion_tokens = round(sum(v or 0 for v in lengths) / len(lengths), 2)
+    singles = [_number(r.get(SINGLE_COMPLETION_GROUPS_KEY)) for r in recent]
+    if all(v is not None for v in singles):
+        signal.single_completion_share = round(sum(v or 0 for v in singles) / groups, 3)
+    signal.trends = _trends(_step_rows(first_rows if first_rows is not None else rows), steps)
     apart = bool(first) and int(first[-1].get(STEP_KEY, 0)) < signal.steps[0]
     rise = _mean_reward(recent) - _mean_reward(first) if apart and first else None
     if apart and len(first) >= MIN_STEPS and len(recent) >= MIN_STEPS:
@@ -137,6 +238,46 @@ def learning_signal(
 
 def _no_signal_at_all(row: dict[str, Any]) -> bool:
     return (_number(row.get(NO_SIGNAL_KEY)) or 0) >= (_number(row.get(GROUPS_KEY)) or 0) > 0
+
+
+def _single_share(row: dict[str, Any]) -> float | None:
+    single, groups = _number(row.get(SINGLE_COMPLETION_GROUPS_KEY)), _number(row.get(GROUPS_KEY))
+    return single / groups if single is not None and groups else None
+
+
+def _trends(head: list[dict[str, Any]], tail: list[dict[str, Any]]) -> list[Trend]:
+    """The monitored figures, first steps against latest: the steps known (the file's head and
+    tail, one row a step) split into WINDOW_STEPS a side, or halves of a shorter run."""
+    by_step = {int(_number(r.get(STEP_KEY)) or 0): r for r in [*head, *tail]}
+    ordered = [by_step[s] for s in sorted(by_step)]
+    k = min(WINDOW_STEPS, len(ordered) // 2)
+    if k < MONITOR_MIN_STEPS:
+        return []
+    first, recent = ordered[:k], ordered[-k:]
+    out = []
+    for metric, value in (
+        (COMPLETION_TOKENS_KEY, lambda r: _number(r.get(COMPLETION_TOKENS_KEY))),
+        (SINGLE_SHARE, _single_share),
+        (TOP_COMPLETION_SHARE_KEY, lambda r: _number(r.get(TOP_COMPLETION_SHARE_KEY))),
+        (REWARD_KEY, lambda r: _number(r.get(REWARD_KEY))),
+    ):
+        before, after = [value(r) for r in first], [value(r) for r in recent]
+        if any(v is None for v in [*before, *after]):
+            continue  # a run from before the figure was recorded
+        if metric == SINGLE_SHARE and sum(_number(r.get(GROUPS_KEY)) or 0 for r in recent) < MIN_GROUPS:
+            continue  # too few groups to call a collapse
+        b, a = [float(v or 0) for v in before], [float(v or 0) for v in after]
+        out.append(
+            Trend(
+                metric=metric,
+                first_steps=[int(r.get(STEP_KEY, 0)) for r in first],
+                recent_steps=[int(r.get(STEP_KEY, 0)) for r in recent],
+                first=round(sum(b) / k, 4),
+                recent=round(sum(a) / k, 4),
+                p_value=permutation_p_greater(b, a),
+            )
+        )
+    return out
 
 
 def _mean_reward(rows: list[dict[str, Any]]) -> float:
@@ -192,6 +333,16 @@ def _warning(signal: LearningSignal, no_signal: int) -> tuple[str, list[str]]:
 
 
 def with_held_out(signal: LearningSignal | None, held_out: HeldOutSummary | None) -> LearningSignal | None:
+    """`signal` read beside the run's held-out figures: `held_out_flat` when the held-out score
+    has not moved, the dead-groups warning when a constant answer does as well, and the
+    reward-hacking `monitors`."""
+    signal = _held_out_rules(signal, held_out)
+    if signal is not None:
+        signal.monitors = monitors(signal.trends, held_out)
+    return signal
+
+
+def _held_out_rules(signal: LearningSignal | None, held_out: HeldOutSummary | None) -> LearningSignal | None:
     """`signal` with `held_out_flat` set when the run's held-out score has not moved: at least
     FLAT_MIN_STEPS steps after the base's evaluation, the paired comparison finds no difference."""
     if held_out is None or held_out.step is None or held_out.p_value is None or held_out.difference is None:
@@ -241,3 +392,137 @@ def with_held_out(signal: LearningSignal | None, held_out: HeldOutSummary | None
             "environment's difficulty fields, or give partial credit in its score().",
         ]
     return signal
+
+
+def _held_out_verdict(held_out: HeldOutSummary | None) -> tuple[bool, str] | None:
+    """(whether the held-out score rose, the figures in words); None without an evaluation after
+    the base's. Rose: the paired test finds a gain at p < FLAT_P and the model is not shown to do no
+    better than a constant answer."""
+    if (
+        held_out is None
+        or held_out.step is None
+        or held_out.step <= held_out.base_step
+        or held_out.trained_score is None
+        or held_out.difference is None
+        or held_out.p_value is None
+    ):
+        return None
+    rose = held_out.p_value < FLAT_P and held_out.difference > 0 and held_out.learned is not False
+    items = f"{held_out.n} held-out items" if held_out.n else "the held-out items"
+    words = (
+        f"on {items} the score went {held_out.base_score:.2f} (step {held_out.base_step}) -> "
+        f"{held_out.trained_score:.2f} (step {held_out.step}), {held_out.difference:+.2f}"
+        + (
+            f", 95 % interval {held_out.ci_low:+.2f} to {held_out.ci_high:+.2f}"
+            if held_out.ci_low is not None and held_out.ci_high is not None
+            else ""
+        )
+        + f" ({held_out.test or 'paired test'}, {format_p(held_out.p_value)})"
+    )
+    baseline = held_out.constant_baseline
+    if held_out.learned is False and baseline is not None:
+        words += f', no better than answering "{baseline.answer}" to every item ({baseline.score:.2f})'
+    return rose, words
+
+
+def _steps(steps: list[int]) -> str:
+    return f"{steps[0]}-{steps[-1]}" if steps else "?"
+
+
+def _test(trend: Trend) -> str:
+    n = len(trend.first_steps)
+    return f"{PERMUTATION_TEST} on the {n} + {len(trend.recent_steps)} steps, {format_p(trend.p_value)}"
+
+
+def monitors(trends: list[Trend], held_out: HeldOutSummary | None) -> list[MonitorWarning]:
+    """The reward-hacking monitors that fire on these trends beside the held-out figures (the
+    module's docstring states each rule and its thresholds)."""
+    by_metric = {t.metric: t for t in trends}
+    verdict = _held_out_verdict(held_out)
+    flat = verdict is not None and not verdict[0]
+    out: list[MonitorWarning] = []
+    length = by_metric.get(COMPLETION_TOKENS_KEY)
+    if (
+        length is not None
+        and flat
+        and length.p_value < MONITOR_P
+        and length.recent >= LENGTH_RATIO * length.first
+        and length.recent - length.first >= LENGTH_MIN_TOKENS
+    ):
+        assert verdict is not None
+        ratio = f"{length.recent / length.first:.1f}x" if length.first > 0 else "from nothing"
+        out.append(
+            MonitorWarning(
+                monitor=Monitor.LENGTH_DRIFT,
+                warning=(
+                    f"Answers are getting longer while the held-out score does not rise: {length.first:.1f} tokens "
+                    f"an answer on average in steps {_steps(length.first_steps)}, {length.recent:.1f} in steps "
+                    f"{_steps(length.recent_steps)} ({ratio}; {_test(length)}), while {verdict[1]}. The reward may "
+                    "be paying for length rather than for right answers (reward hacking)."
+                ),
+                advice=[
+                    "Read what the model writes now: rl_get_rollouts(run_id); if longer answers earn more reward "
+                    "without being more right, make the environment's score() pay for correctness only.",
+                    "Cap the answer length (the environment's max_tokens) or penalise length in score().",
+                    "Evaluate more often to see it sooner: rl_edit_config('eval_every', 5) for the next run.",
+                ],
+            )
+        )
+    collapse = by_metric.get(SINGLE_SHARE)
+    top = by_metric.get(TOP_COMPLETION_SHARE_KEY)
+    one_answer = top is not None and top.recent >= COLLAPSE_TOP_SHARE
+    if (
+        collapse is not None
+        and (one_answer or flat)
+        and not (verdict is not None and verdict[0])
+        and collapse.p_value < MONITOR_P
+        and collapse.recent >= COLLAPSE_SHARE
+        and collapse.recent - collapse.first >= COLLAPSE_RISE
+    ):
+        out.append(
+            MonitorWarning(
+                monitor=Monitor.GROUP_COLLAPSE,
+                warning=(
+                    f"Groups are collapsing to one completion: in steps {_steps(collapse.recent_steps)} "
+                    f"{collapse.recent:.0%} of groups sampled the very same answer every time, against "
+                    f"{collapse.first:.0%} in steps {_steps(collapse.first_steps)} ({_test(collapse)})"
+                    + (
+                        f", and {top.recent:.0%} of all their answers were one and the same completion"
+                        if top is not None and one_answer
+                        else ""
+                    )
+                    + (f"; {verdict[1]}" if verdict is not None else "")
+                    + ". Such groups carry no learning signal and sampling no longer explores: the model may have "
+                    "settled on one answer whatever the item."
+                ),
+                advice=[
+                    "See the repeated answer: rl_get_rollouts(run_id); if one answer scores well on many items, "
+                    "make score() stricter (full credit only for the exact answer).",
+                    "A smaller step keeps the policy from collapsing: rl_edit_config('learning_rate', ...) at half "
+                    "of it, or keep an earlier checkpoint.",
+                    "More answers per item: rl_edit_config('group_size', 8) (or 16).",
+                ],
+            )
+        )
+    reward = by_metric.get(REWARD_KEY)
+    if reward is not None and flat and reward.p_value < MONITOR_P and reward.recent - reward.first >= REWARD_MIN_RISE:
+        assert verdict is not None
+        out.append(
+            MonitorWarning(
+                monitor=Monitor.REWARD_WITHOUT_HELD_OUT,
+                warning=(
+                    f"The training reward rises but the held-out score does not: the mean reward went "
+                    f"{reward.first:.2f} (steps {_steps(reward.first_steps)}) -> {reward.recent:.2f} (steps "
+                    f"{_steps(reward.recent_steps)}), {reward.recent - reward.first:+.2f} ({_test(reward)}), while "
+                    f"{verdict[1]}. The model learns something the held-out check does not reward: a trick the "
+                    "scorer pays for, or the training items themselves."
+                ),
+                advice=[
+                    "Read the rewarded answers: rl_get_rollouts(run_id); if they are not right answers, make "
+                    "score() stricter.",
+                    "If the training items are few and repeat, use more (it may be memorising them).",
+                    "If the held-out interval is wide, evaluate more items (rl_edit_config('held_out_limit', None)).",
+                ],
+            )
+        )
+    return out

@@ -116,7 +116,9 @@ after a timeout, retry with the same key (it returns the same run, never a secon
 run_id and the W&B link if any.
 6. Watch it: rl_wait_for_run(run_id) returns when the next step is logged (or after the server's time budget) \
 with the latest metrics; rl_check_status(run_id) gives the full status (rate-limited while the run is going: \
-do not poll in a tight loop); rl_read_log(run_id) follows the trainer's log. Report step, reward mean and loss. If the state becomes failed, follow the diagnose_run \
+do not poll in a tight loop); rl_read_log(run_id) follows the trainer's log. Report step, reward mean and loss, and pass on any learning_signal.warning and \
+learning_signal.monitors entry (answers growing longer, groups collapsing to one answer, a reward rising without \
+the held-out score) with its advice. If the state becomes failed, follow the diagnose_run \
 prompt's steps for this run_id.
 7. When the state is completed (or the person wants to stop: rl_stop_training(run_id)), call \
 rl_get_results(run_id): lead with its held_out verdict, not the training reward: quote held_out.sentence \

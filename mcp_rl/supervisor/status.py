@@ -159,6 +159,8 @@ def _full_status(registry: Registry, run: RunRecord, now: float) -> RunStatus:
         message += f" {signal.warning}"
     if signal is not None and signal.held_out_flat:
         message += f" {signal.held_out_flat}"
+    for fired in signal.monitors if signal is not None else []:
+        message += f" {fired.warning}"
     env_errors = _environment_errors(run_dir)
     if env_errors is not None and run.state != RunState.FAILED:
         message += f" {env_errors[1]}."

@@ -17,6 +17,7 @@ not trained on: `unsupported_fields` names them so the trainer can say so.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,15 @@ class BatchStats:
     zeroed_sequences: int = 0
     # Sequences whose returns were normalised over the batch (ReBN, GemEnv).
     rebn_sequences: int = 0
+    # Mean completion length in tokens (the trained, unmasked tokens of each sequence): the
+    # learning-signal monitors watch it drift up while the held-out score stays flat.
+    completion_tokens_mean: float = 0.0
+    # Groups of two or more sequences whose completions are all the same tokens (the group has
+    # collapsed to one answer: no signal, and sampling no longer explores).
+    single_completion_groups: int = 0
+    # Share of the batch's sequences that are its most common completion: groups that collapsed
+    # each to their own right answer keep it low; one answer given to every item makes it high.
+    top_completion_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -192,7 +202,9 @@ def build_examples(
     examples: list[TrainingExample] = []
     group_means: list[float] = []
     all_scores: list[float] = []
-    zero_signal = per_token_groups = total_tokens = zeroed = 0
+    zero_signal = per_token_groups = total_tokens = zeroed = single = 0
+    completion_lengths: list[int] = []
+    completion_counts: Counter[tuple[int, ...]] = Counter()
     for group in batch:
         tokens_G = group["tokens"]
         masks_G = group["masks"]
@@ -224,6 +236,11 @@ def build_examples(
                 zeroed += 1
         group_means.append(sum(scores_G) / len(scores_G) if scores_G else 0.0)
         all_scores.extend(scores_G)
+        completions = [completion_tokens(list(t), list(m)) for t, m in zip(tokens_G, masks_G, strict=True)]
+        completion_lengths.extend(len(c) for c in completions)
+        completion_counts.update(completions)
+        if len(completions) > 1 and all(c == completions[0] for c in completions):
+            single += 1
         for tokens, mask, adv, lps in zip(tokens_G, masks_G, advantages_G, logprobs_G, strict=True):
             total_tokens += len(tokens)
             examples.append(sequence_example(list(tokens), list(mask), adv, lps, max_length))
@@ -245,8 +262,16 @@ def build_examples(
         per_token_advantages_groups=per_token_groups,
         zeroed_sequences=zeroed,
         rebn_sequences=len(pooled),
+        completion_tokens_mean=sum(completion_lengths) / len(completion_lengths) if completion_lengths else 0.0,
+        single_completion_groups=single,
+        top_completion_share=max(completion_counts.values()) / len(completion_lengths) if completion_lengths else 0.0,
     )
     return examples, stats
+
+
+def completion_tokens(tokens: list[int], mask: list[int]) -> tuple[int, ...]:
+    """The tokens of a sequence the model wrote (its mask is not MASKED there)."""
+    return tuple(t for t, m in zip(tokens, mask, strict=True) if m != MASKED)
 
 
 def _group_overrides(group: dict[str, Any]) -> dict[str, Any]:

@@ -26,10 +26,13 @@ from mcp_rl import processes
 from mcp_rl.costs.tracker import CostTracker, tracker_for
 from mcp_rl.runconfig import RunConfig
 from mcp_rl.rundir import (
+    COMPLETION_TOKENS_KEY,
     LOSS_KEY,
     REWARD_KEY,
+    SINGLE_COMPLETION_GROUPS_KEY,
     STEP_SECONDS_KEY,
     TOKENS_KEY,
+    TOP_COMPLETION_SHARE_KEY,
     TrainerPhase,
     TrainerStartup,
     read_index,
@@ -111,6 +114,9 @@ def batch_metrics(stats: BatchStats) -> dict[str, Any]:
         "batch/groups": stats.groups,
         "batch/sequences": stats.sequences,
         "batch/zero_signal_groups": stats.zero_signal_groups,
+        COMPLETION_TOKENS_KEY: stats.completion_tokens_mean,
+        SINGLE_COMPLETION_GROUPS_KEY: stats.single_completion_groups,
+        TOP_COMPLETION_SHARE_KEY: stats.top_completion_share,
     }
 
 
