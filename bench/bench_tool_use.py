@@ -3,7 +3,8 @@
 The server (written here, run over stdio with this interpreter, a fresh process per episode) has
 one tool, `lookup(word)`, answering a made-up code for each of WORDS words (e.g. "lantern" ->
 "K7"): the model cannot know a code without calling the tool. The task file offers that tool,
-asks "What is the code of WORD? ...", rewards the normalised answer, and starts each episode's
+asks "What is the code of WORD? ...", rewards a reply that contains the code (`contains`: the
+135M base wraps it in tags or words, which the `normalised` reward scores 0), and starts each episode's
 first turn with the call's opening (`first_turn_prefill`: the 135M model never writes a call by
 itself), so the model must copy the word, close the call, read the result and answer with the code:
 its base sometimes does (measure it: the step-0 figure). The scenarios split by prompt hash
@@ -21,6 +22,8 @@ Measured 2026-11-28 (2 shared cores, load ~10), --runs 1 --steps 3 (not the defa
 held-out, base 0.000 -> trained 0.000, McNemar exact p = 1, 1194 s start to figure. The base's
 greedy answers often carry the code wrapped in <tool_response> tags (normalised reward: 0), so
 the task needs a laxer answer format or reward before it is one the base sometimes solves.
+With reward kind `contains` (now the task's), the base's greedy answers on 12 held-out scenarios
+score 5/12 (normalised: 0/12); the bench's figure at the defaults is still to be measured.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ def write_task(folder: Path, seed: int) -> Path:
     task.write_text(
         "name: codes\n"
         f"server:\n  command: {json.dumps(sys.executable)}\n  args: [codes_server.py]\n"
-        "scenarios: scenarios.jsonl\nheld_out_fraction: 0.4\nreward: {kind: normalised}\ntools: [lookup]\n"
+        "scenarios: scenarios.jsonl\nheld_out_fraction: 0.4\nreward: {kind: contains}\ntools: [lookup]\n"
         'first_turn_prefill: \'<tool_call>{"name": "lookup", "arguments": {"word": "\'\n'
         "limits: {max_turns: 3, max_tool_calls: 2, max_tokens_per_turn: 24, output_bytes: 200, call_timeout_s: 10}\n"
     )

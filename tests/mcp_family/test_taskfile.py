@@ -116,6 +116,85 @@ def test_a_check_reward_sees_the_answer_and_the_trace(tmp_path: Path) -> None:
     assert task.reward(None, s, trace) == 0.5
 
 
+def test_a_contains_reward_finds_the_answer_inside_a_wordy_or_wrapped_reply(tmp_path: Path) -> None:
+    task = load(write_task(tmp_path, extra="reward: {kind: contains}\n"))
+    s = task.train[0]
+    assert s.answer is not None
+    answer = s.answer
+    for reply in (
+        answer,
+        f"<tool_response>{answer.upper()}</tool_response>",
+        f'The answer is: "{answer}".',
+        f"I looked it up.\n\n  {answer}  \nDone",
+    ):
+        assert task.reward(reply, s, []) == 1.0, reply
+    for reply in (f"{answer}x", f"x{answer}", "I do not know", ""):
+        assert task.reward(reply, s, []) == 0.0, reply  # not inside a longer word, not absent
+    assert task.reward(None, s, []) == 0.0
+    # A number is not found inside a longer number, whatever the reply's punctuation.
+    (tmp_path / "capitals.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"what is {i} + 0?", "answer": str(i)}) + "\n" for i in range(4, 40))
+    )
+    numbers = load(tmp_path / "capitals.mcp.yaml")
+    four = next(x for x in (*numbers.train, *numbers.held_out) if x.answer == "4")
+    assert numbers.reward("It is 4.", four, []) == 1.0
+    assert numbers.reward("14", four, []) == 0.0
+    assert numbers.reward("40", four, []) == 0.0
+
+
+def test_a_contains_reward_needs_an_answer_on_every_scenario(tmp_path: Path) -> None:
+    path = write_task(tmp_path, extra="reward: {kind: contains}\n")
+    (tmp_path / "capitals.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(9)))
+    with pytest.raises(TaskFileError, match="contains needs an 'answer' on every scenario"):
+        load(path)
+
+
+def _check_task(tmp_path: Path, check: str) -> Path:
+    extra = "reward:\n  kind: check\n  check: |\n" + "".join(f"    {line}\n" for line in check.splitlines())
+    return write_task(tmp_path, extra=extra)
+
+
+def test_a_three_argument_check_sees_the_scenarios_fields_read_only(tmp_path: Path) -> None:
+    path = _check_task(
+        tmp_path,
+        "def check(answer, trace, scenario):\n"
+        "    try:\n"
+        "        scenario['answer'] = 'tampered'\n"
+        "        return 0.0\n"
+        "    except TypeError:\n"
+        "        pass\n"
+        "    scenario['aliases'].append('tampered')\n"
+        "    hit = answer == scenario['answer'] or answer in scenario['aliases'][:-1]\n"
+        "    return 1.0 if hit else 0.0\n",
+    )
+    (tmp_path / "capitals.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": f"code of word {i}?", "answer": f"C{i}", "aliases": [f"code {i}", f"#{i}"]}) + "\n"
+            for i in range(12)
+        )
+    )
+    task = load(path)
+    s = task.train[0]
+    i = s.data["answer"][1:]
+    assert task.reward(f"C{i}", s, []) == 1.0  # the scenario's answer
+    assert task.reward(f"#{i}", s, []) == 1.0  # a custom field of its JSONL line
+    assert task.reward("C999", s, []) == 0.0
+    other = task.train[1]
+    assert task.reward(f"#{i}", other, []) == 0.0  # each scenario's own fields
+    # Neither the read-only view nor a nested list changed the scenario another episode sees.
+    assert s.data["answer"] == f"C{i}" and s.data["aliases"] == [f"code {i}", f"#{i}"]
+
+
+def test_a_two_argument_check_still_works_and_a_wrong_arity_is_refused(tmp_path: Path) -> None:
+    task = load(_check_task(tmp_path, "def check(a, t):\n    return 1.0 if a == 'ok' and not t else 0.0\n"))
+    assert task.reward("ok", task.train[0], []) == 1.0 and task.reward("no", task.train[0], []) == 0.0
+    varargs = load(_check_task(tmp_path, "def check(*args):\n    return 1.0 if len(args) == 3 else 0.0\n"))
+    assert varargs.reward("x", varargs.train[0], []) == 1.0
+    for signature in ("def check(answer):", "def check(a, t, s, more):"):
+        with pytest.raises(TaskFileError, match=r"check\(answer, trace\) or check\(answer, trace, scenario\)"):
+            load(_check_task(tmp_path, f"{signature}\n    return 1.0\n"))
+
+
 def test_a_check_returning_a_non_score_is_an_error(tmp_path: Path) -> None:
     for returned in ("2.0", "float('nan')", "'yes'"):
         extra = f'reward: {{kind: check, check: "def check(answer, trace): return {returned}"}}\n'

@@ -52,11 +52,30 @@ def test_a_good_task_file_passes_with_its_tools_and_the_withheld_ones(
 
 
 @pytest.mark.parametrize(
+    "extra",
+    [
+        "reward: {kind: contains}\n",
+        # A 3-argument check run on each reference answer, seeing that scenario's own answer.
+        "reward:\n  kind: check\n  check: |\n    def check(answer, trace, scenario):\n"
+        "        if answer != scenario['answer']:\n            raise ValueError('not its own answer')\n"
+        "        return 1.0\n",
+    ],
+)
+def test_the_reference_answers_pass_a_contains_reward_and_a_scenario_check(
+    settings: Settings, tmp_path: Path, extra: str
+) -> None:
+    report = validate_mcp_task(settings, write_task(tmp_path, extra=extra), sample=False, timeout_s=120)
+    assert report.ok, report.problems
+    assert report.mcp is not None
+
+
+@pytest.mark.parametrize(
     ("extra", "check", "says"),
     [
         ("tools: [capital, teleport]\n", "tools", "does not have: ['teleport']"),
         ("held_out_fraction: 2\n", "taskfile", "held_out_fraction"),
         ("reward: {kind: check, check: 'def check(a, t): return 7'}\n", "reference", "must return a number in [0, 1]"),
+        ("reward: {kind: check, check: 'def check(a, t, s): return s[\"nope\"]'}\n", "reference", "KeyError"),
     ],
 )
 def test_each_problem_names_its_check_and_field(

@@ -12,9 +12,9 @@ Only what the user knows::
     scenarios: scenarios.jsonl                        # {"prompt": ..., "answer": ...} a line
     held_out_fraction: 0.2                            # split by the prompt's hash
     reward:
-      kind: normalised                                # exact | normalised | check | read_back | judge
+      kind: normalised                                # exact | normalised | contains | check | read_back | judge
       # check: |                                      # kind: check
-      #   def check(answer, trace):
+      #   def check(answer, trace):                   # or check(answer, trace, scenario)
       #       return 1.0 if any(c["name"] == "read_graph" for c in trace) else 0.0
     tools: [create_entities, read_graph]              # allowed tools (default: the safe ones)
     limits: {max_turns: 6, max_tool_calls: 8, call_timeout_s: 10, output_bytes: 2000,
@@ -26,12 +26,16 @@ Only what the user knows::
 
 A scenario's split depends only on its prompt (sha256), so it never moves between training and
 held-out whatever lines are added or reordered. The check's source is compiled at load (a syntax
-error or a missing `check` is reported with the file) and runs in the environment's process.
+error or a missing `check` is reported with the file) and runs in the environment's process. A
+check taking a third parameter receives the scenario: a read-only mapping of its JSONL line (its
+`answer` and any other field), so a check can compare against per-scenario data.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -40,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -101,6 +106,9 @@ class Limits(BaseModel):
 class RewardKind(StrEnum):
     EXACT = "exact"
     NORMALISED = "normalised"
+    # The normalised answer appears in the normalised reply, not inside a longer word or number
+    # ("K7" in "<tool_response>K7</tool_response>", not in "K72"): for models that wrap or explain.
+    CONTAINS = "contains"
     CHECK = "check"
     READ_BACK = "read_back"  # a tool call after the episode, its result compared (rewards.py)
     JUDGE = "judge"  # a model scores each group's episodes relative to each other (judge.py)
@@ -159,7 +167,10 @@ class RewardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: RewardKind = RewardKind.NORMALISED
-    check: str | None = Field(None, description="Python source defining check(answer, trace) -> float in [0, 1].")
+    check: str | None = Field(
+        None,
+        description="Python source defining check(answer, trace) or check(answer, trace, scenario) -> float in [0, 1].",
+    )
 
     @model_validator(mode="after")
     def _check_given(self) -> RewardSpec:
@@ -208,7 +219,8 @@ class Scenario:
     line: int
 
 
-CheckFn = Callable[[str, list[dict[str, Any]]], Any]
+# The compiled check, called with the scenario whatever the user's arity (compile_check adapts it).
+CheckFn = Callable[[str, list[dict[str, Any]], Scenario], Any]
 
 
 @dataclass(frozen=True)
@@ -237,11 +249,13 @@ class McpTask:
             return 0.0
         if kind is RewardKind.CHECK:
             assert self.check_fn is not None
-            return checked(self.check_fn(answer or "", trace), self.path)
+            return checked(self.check_fn(answer or "", trace, scenario), self.path)
         if answer is None or scenario.answer is None:
             return 0.0
         if kind is RewardKind.EXACT:
             return 1.0 if answer.strip() == scenario.answer.strip() else 0.0
+        if kind is RewardKind.CONTAINS:
+            return 1.0 if contains(answer, scenario.answer) else 0.0
         return 1.0 if normalise(answer) == normalise(scenario.answer) else 0.0
 
 
@@ -254,6 +268,16 @@ def normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold().strip()
     text = re.sub(r"\s+", " ", text)
     return text.strip(" \t\"'`.,;:!?")
+
+
+def contains(reply: str, expected: str) -> bool:
+    """`expected`, normalised, appears in `reply`, normalised, with no letter or digit joined to
+    either end (so "4" is not found in "14"). An expected answer that normalises to nothing is
+    never found (it would be in every reply)."""
+    wanted = normalise(expected)
+    if not wanted:
+        return False
+    return re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", normalise(reply)) is not None
 
 
 def checked(value: Any, where: Path) -> float:
@@ -300,6 +324,26 @@ def read_scenarios(path: Path) -> list[Scenario]:
     return out
 
 
+def _takes_scenario(fn: Callable[..., Any], where: Path) -> bool:
+    """True for check(answer, trace, scenario) (or *args), False for check(answer, trace)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False  # no signature to read (a builtin): called the documented 2-argument way
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return True
+    positional = [
+        p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    required = [p for p in positional if p.default is inspect.Parameter.empty]
+    if len(positional) < 2 or len(required) > 3:
+        raise TaskFileError(
+            f"{where}: reward.check must be check(answer, trace) or check(answer, trace, scenario); "
+            f"it takes ({', '.join(p.name for p in params)})"
+        )
+    return len(positional) >= 3
+
+
 def compile_check(source: str, where: Path) -> CheckFn:
     namespace: dict[str, Any] = {"__name__": f"mcp_task_check:{where.name}"}
     try:
@@ -309,7 +353,14 @@ def compile_check(source: str, where: Path) -> CheckFn:
     fn = namespace.get("check")
     if not callable(fn):
         raise TaskFileError(f"{where}: reward.check must define a function check(answer, trace)")
-    return fn
+    if not _takes_scenario(fn, where):
+        return lambda answer, trace, _scenario: fn(answer, trace)
+
+    def with_scenario(answer: str, trace: list[dict[str, Any]], scenario: Scenario) -> Any:
+        # A copy behind a read-only view: the check cannot change the scenario another episode sees.
+        return fn(answer, trace, MappingProxyType(copy.deepcopy(scenario.data)))
+
+    return with_scenario
 
 
 def _problem(exc: ValidationError) -> str:
@@ -344,7 +395,7 @@ def load(path: str | Path) -> McpTask:
                 f"{path}: reward.kind read_back needs {field!r} (what the read-back must hold) on every scenario; "
                 f"lines {missing[:10]} have none"
             )
-    if spec.reward.kind in (RewardKind.EXACT, RewardKind.NORMALISED):
+    if spec.reward.kind in (RewardKind.EXACT, RewardKind.NORMALISED, RewardKind.CONTAINS):
         missing = [s.line for s in scenarios if s.answer is None]
         if missing:
             raise TaskFileError(
