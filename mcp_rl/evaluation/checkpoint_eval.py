@@ -197,6 +197,8 @@ def plan(
         openrouter_base_url=settings.openrouter_base_url,
         own_evaluate=own_evaluate,
         openai=[dict(server) for server in config.openai],
+        run_dir=str(settings.runs_dir / run_id) if ref.backend == "local" and not own_evaluate else None,
+        run_base_model=config.trainer.base_model,
     )
     info = CheckpointInfo(
         model=ref.model_id,

@@ -68,6 +68,10 @@ class EvalSpec(BaseModel):
     # served in turn (mcp_rl.proof.env_eval), with the run's server settings (`openai`).
     own_evaluate: bool = False
     openai: list[dict[str, object]] = []
+    # A local run: its folder and run.yaml's base model. The worker reuses the run's step-0
+    # outcomes for the base when that evaluation sampled exactly what it would (worker._reused_base).
+    run_dir: str | None = None
+    run_base_model: str | None = None
 
 
 class ModelProgress(BaseModel):
@@ -80,6 +84,10 @@ class ModelProgress(BaseModel):
     seconds: float | None = None
     error: str | None = None
     outcomes_file: str | None = None
+    note: str | None = Field(
+        default=None,
+        description="How its answers were had when not decoded here, e.g. reused from the run's step-0 evaluation.",
+    )
 
 
 class SamplePair(BaseModel):

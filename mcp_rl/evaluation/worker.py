@@ -52,9 +52,10 @@ from mcp_rl.evaluation.checkpoint_models import (
 )
 from mcp_rl.proof.env_eval import DEFAULT_TIMEOUT_S
 from mcp_rl.proof.heldout import HeldOutSet, held_out_set
-from mcp_rl.proof.outcomes import ItemOutcome, write_outcomes
+from mcp_rl.proof.outcomes import ItemOutcome, read_outcomes, read_sampling, write_outcomes
 from mcp_rl.proof.stats import paired_comparison
 from mcp_rl.proof.verdict import judge
+from mcp_rl.rundir import eval_outcomes_file
 from mcp_rl.settings import Settings
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ CHUNK = CHUNK_ITEMS
 OPENROUTER_CONCURRENCY = 8
 FLIPS_LISTED = 20
 TINKER_CREATE_TIMEOUT_S = 300.0
+REUSED_NOTE = "reused from the run's step-0 evaluation (same items, greedy, same model)"
 
 
 class Cancelled(Exception):
@@ -164,6 +166,10 @@ class EvalWorker:
     def _evaluate(self, index: int, model: EvalModel, items: HeldOutSet) -> None:
         began = time.monotonic()
         self._progress(index, state="running", total=len(items.items))
+        reused = self._reused_base(model, items)
+        if reused is not None:
+            self._done(index, model, reused, began, REUSED_NOTE)
+            return
         try:
             answers = self._complete(model, items, lambda done: self._progress(index, done=done))
         except Cancelled:
@@ -178,7 +184,11 @@ class EvalWorker:
         # the trainer's own grading and marks (at max_tokens, prompt echo)
         from mcp_rl.trainer.trainer_eval import item_outcomes
 
-        outcomes = item_outcomes(items, answers)
+        self._done(index, model, item_outcomes(items, answers), began)
+
+    def _done(
+        self, index: int, model: EvalModel, outcomes: list[ItemOutcome], began: float, note: str | None = None
+    ) -> None:
         path = self.dir / OUTCOMES_DIR / f"{model.slug}.jsonl"
         write_outcomes(path, outcomes)
         self.outcomes[model.id] = outcomes
@@ -190,7 +200,40 @@ class EvalWorker:
             score=sum(scores) / len(scores),
             seconds=round(time.monotonic() - began, 2),
             outcomes_file=str(path),
+            note=note,
         )
+
+    def _reused_base(self, model: EvalModel, items: HeldOutSet) -> list[ItemOutcome] | None:
+        """The run's own step-0 outcomes, when they are exactly what decoding the base here would
+        give: the run's base model alone (no earlier run's weights), greedy, the same max_tokens and
+        the same items in the same order. Greedy decoding is deterministic, so the figures are the
+        same and the base's half of the call costs nothing. Anything else (another item set or
+        held_out_limit, a Tinker or OpenRouter model, a run folder without the sampling record):
+        None, and the base is decoded here."""
+        spec = self.spec
+        if model.role != "base" or model.kind != "local" or spec.run_dir is None or items.temperature != 0:
+            return None
+        run_dir = Path(spec.run_dir)
+        sampling = read_sampling(run_dir, 0)
+        if (
+            sampling is None
+            or sampling.temperature != 0
+            or sampling.max_tokens != items.max_tokens
+            or sampling.base_model != spec.run_base_model
+            or sampling.init_from is not None
+            or sampling.items != len(items.items)
+        ):
+            return None
+        # the folder the trainer loaded is the one this evaluation would load (same weights, same chat template)
+        if model.base_model is None or model.weights is not None or sampling.model_dir is None:
+            return None
+        if Path(sampling.model_dir).resolve() != Path(model.base_model).resolve():
+            return None
+        outcomes = read_outcomes(eval_outcomes_file(run_dir, 0))
+        if [o.item for o in outcomes] != [item.id for item in items.items]:
+            return None
+        log.info("the base's outcomes reused from %s (step 0)", run_dir)
+        return outcomes
 
     def _compare(self, references: dict[str, str | None]) -> None:
         """Each other model against the trained one; `references`: the item's reference answer by

@@ -130,3 +130,36 @@ def read_constant(run_dir: Path, step: int) -> ConstantBaseline | None:
         return ConstantBaseline.model_validate_json(constant_file(run_dir, step).read_text(encoding="utf-8"))
     except (OSError, ValidationError):
         return None
+
+
+# How the evaluation at step S sampled its items: `eval/step_{S:06d}.sampling.json`. A checkpoint
+# evaluation reuses the run's step-0 outcomes for the base only when its own sampling is the same
+# (mcp_rl.evaluation.worker); a run folder without this file is never reused.
+SAMPLING_SUFFIX = ".sampling.json"
+
+
+class EvalSampling(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    max_tokens: int
+    temperature: float
+    base_model: str  # run.yaml's base model
+    model_dir: str | None = None  # the local folder the sampler loaded (None: a remote model)
+    init_from: str | None = None  # a checkpoint of an earlier run the weights started from
+    items: int
+
+
+def sampling_file(run_dir: Path, step: int) -> Path:
+    return run_dir / EVAL_DIR / f"step_{step:06d}{SAMPLING_SUFFIX}"
+
+
+def write_sampling(run_dir: Path, sampling: EvalSampling) -> None:
+    write_text_atomic(sampling_file(run_dir, sampling.step), sampling.model_dump_json())
+
+
+def read_sampling(run_dir: Path, step: int) -> EvalSampling | None:
+    try:
+        return EvalSampling.model_validate_json(sampling_file(run_dir, step).read_text(encoding="utf-8"))
+    except (OSError, ValidationError):
+        return None

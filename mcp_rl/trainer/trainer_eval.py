@@ -28,6 +28,7 @@ from mcp_rl.proof.env_eval import DEFAULT_TIMEOUT_S, EnvEvaluation, run_environm
 from mcp_rl.proof.heldout import HeldOutSet, NoHeldOutItems, held_out_set
 from mcp_rl.proof.outcomes import (
     AggregateScore,
+    EvalSampling,
     ItemOutcome,
     evaluated_steps,
     read_aggregates,
@@ -36,6 +37,7 @@ from mcp_rl.proof.outcomes import (
     write_constant,
     write_measure,
     write_outcomes,
+    write_sampling,
 )
 from mcp_rl.proof.stats import paired_comparison, unpaired_comparison
 from mcp_rl.proof.verdict import last_user_text, repeats_prompt
@@ -133,6 +135,19 @@ class HeldOutEvaluator:
             return {}
         outcomes = item_outcomes(items, answers)
         write_outcomes(eval_outcomes_file(self.run_dir, step), outcomes)
+        # how these items were sampled: a checkpoint evaluation reuses the step-0 base outcomes only when it samples the same
+        write_sampling(
+            self.run_dir,
+            EvalSampling(
+                step=step,
+                max_tokens=items.max_tokens,
+                temperature=items.temperature,
+                base_model=self.config.trainer.base_model,
+                model_dir=str(model_dir) if (model_dir := getattr(sampler, "model_dir", None)) else None,
+                init_from=self.config.trainer.init_from,
+                items=len(outcomes),
+            ),
+        )
         self._write_constant(items, outcomes, step)
         seconds = time.monotonic() - began
         scores = [o.score for o in outcomes]
