@@ -59,12 +59,15 @@ def test_three_steps_write_metrics_and_a_checkpoint_and_exit_0(tmp_path: Path) -
     assert base["eval/n"] == TEST_HELD_OUT_LIMIT and 0.0 <= base["eval/score"] <= 1.0 and "reward/mean" not in base
     assert metrics[-1]["eval/n"] == base["eval/n"] and metrics[-1]["eval/base_score"] == base["eval/score"]
     assert metrics[-1]["eval/ci_low"] <= metrics[-1]["eval/difference"] <= metrics[-1]["eval/ci_high"]
-    # Each evaluation's outcomes and what the best constant answer scores on the same items.
+    # Each evaluation's outcomes, what the best constant answer scores on the same items, and how
+    # it sampled (a checkpoint evaluation reuses the base's step-0 answers only when they match).
     assert sorted(p.name for p in (config.paths.run_dir / "eval").iterdir()) == [
         "step_000000.constant.json",
         "step_000000.jsonl",
+        "step_000000.sampling.json",
         "step_000003.constant.json",
         "step_000003.jsonl",
+        "step_000003.sampling.json",
     ]
     # Every row says whether its generation stopped at max_tokens and whether it repeats the prompt.
     from mcp_rl.proof.outcomes import read_outcomes
