@@ -214,3 +214,18 @@ def test_the_readme_task_file_loads(tmp_path: Path) -> None:
     task = load(tmp_path / "jobs.mcp.yaml")
     assert task.spec.tools == ["search_nodes", "open_nodes"] and task.spec.limits.max_turns == 3
     assert task.spec.first_turn_prefill is not None and task.spec.first_turn_prefill.startswith("<tool_call>")
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", float("inf"), float("-inf")])
+def test_a_non_finite_number_is_refused_in_a_task_file(value: object) -> None:
+    # An infinite judge cap would be no cap at all; an infinite limit would be no limit.
+    from pydantic import ValidationError
+
+    from mcp_rl.environments.mcp_family.taskfile import JudgeSpec, Limits
+
+    with pytest.raises(ValidationError):
+        JudgeSpec(model="openai/gpt-4o-mini", max_cost_usd=value)
+    float_limits = [name for name, f in Limits.model_fields.items() if f.annotation in (float, "float")]
+    assert float_limits, "Limits has float fields to check"
+    with pytest.raises(ValidationError):
+        Limits(**{float_limits[0]: value})

@@ -60,7 +60,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class ServerSpec(BaseModel):
     """Where the tools are: a stdio command (a fresh process per episode) or a Streamable HTTP URL."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     command: str | None = Field(None, description="The stdio server's program, e.g. npx or uvx.")
     args: list[str] = Field(default_factory=list, description="Its arguments.")
@@ -93,7 +93,7 @@ class ServerSpec(BaseModel):
 class Limits(BaseModel):
     """Every episode is bounded in turns, calls, time and bytes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_turns: int = Field(6, ge=1, le=100, description="Policy turns per episode.")
     max_tool_calls: int = Field(8, ge=0, le=1000, description="Tool calls per episode (malformed ones count).")
@@ -133,7 +133,7 @@ class ReadBackSpec(BaseModel):
     """A state-based check: after the episode, on the same server session, one tool call whose
     result is compared to what the scenario expects (its `expect_field`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     tool: str = Field(min_length=1, description="The tool to call after the episode (need not be offered).")
     arguments: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
@@ -146,7 +146,7 @@ class ReadBackSpec(BaseModel):
 class JudgeSpec(BaseModel):
     """A judge model that scores each group's episodes relative to each other, 0-1 (RULER-style)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str = Field(min_length=1, description='An OpenRouter model id, or "local" (the policy\'s own server).')
     rubric: str = Field(DEFAULT_RUBRIC, min_length=1, description="What makes one trajectory better than another.")
@@ -164,7 +164,7 @@ class JudgeSpec(BaseModel):
 
 
 class RewardSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: RewardKind = RewardKind.NORMALISED
     check: str | None = Field(
@@ -180,7 +180,7 @@ class RewardSpec(BaseModel):
 
 
 class TaskFileModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     server: ServerSpec
