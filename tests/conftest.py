@@ -43,6 +43,23 @@ FAST_TIER_WORKERS = 2
 # files at once on 2 cores take about half the wall time (measured: ~35 of ~65 minutes).
 SLOW_TIER_WORKERS = 2
 
+# The slow tier's longest files, as measured on a clean clone on 2 cores (2026-11-28, seconds of
+# their tests' calls): started first. Others follow in collection order; a stale figure only
+# costs balance.
+SLOW_FILE_SECONDS = {
+    "tests/tasks/test_task_run.py": 161,
+    "tests/environments/test_reasoning_gym_runs.py": 155,
+    "tests/environments/test_verifiers_e2e.py": 150,
+    "tests/mcp_family/test_memory_server_training.py": 138,
+    "tests/environments/test_openenv_e2e.py": 138,
+    "tests/evaluation/test_report_styles_e2e.py": 131,
+    "tests/evaluation/test_own_evaluate.py": 120,
+    "tests/tasks/test_collapse_verdict.py": 120,
+    "tests/cluster/test_slurm_runs.py": 102,
+    "tests/gem/test_gem_training.py": 80,
+    "tests/secrets/test_run_keys.py": 73,
+}
+
 _converted_model: Path | None = None
 
 
@@ -61,6 +78,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if markexpr.strip() == "slow":
         if config.option.dist == "no":
             config.option.dist = "loadgroup"
+            config.option.loadscopereorder = False  # keep the longest-first order (below)
         return SLOW_TIER_WORKERS
     return 0
 
@@ -77,6 +95,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # One process per file (or per shared run) when the slow tier runs in parallel.
             shared = "completed_run" in item.fixturenames
             item.add_marker(pytest.mark.xdist_group("completed_run" if shared else item.nodeid.split("::")[0]))
+    # Longest first: the two slow-tier processes then finish close together instead of one
+    # running a 3-minute file alone at the end (xdist hands out groups in this order).
+    items.sort(key=lambda item: -SLOW_FILE_SECONDS.get(item.nodeid.split("::")[0], 0.0))
 
 
 _open_async_openai: weakref.WeakSet[Any] = weakref.WeakSet()

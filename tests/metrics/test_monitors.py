@@ -301,3 +301,36 @@ def test_rl_check_status_names_a_collapse(tmp_path: Path) -> None:
     assert status.learning_signal is not None
     assert [m.monitor for m in status.learning_signal.monitors] == [Monitor.GROUP_COLLAPSE]
     assert "Groups are collapsing to one completion" in status.message
+
+
+def test_rl_check_status_and_rl_get_results_name_a_length_drift(tmp_path: Path) -> None:
+    """The wiring a real run takes (bench/bench_length_monitor.py trains one): the trainer's
+    per-step lengths and its held-out outcomes on disk, read back by both tools."""
+    import anyio
+
+    from mcp_rl.proof.outcomes import ItemOutcome, write_outcomes
+    from mcp_rl.rundir import eval_outcomes_file
+    from mcp_rl.supervisor.results import get_results
+
+    settings = Settings.from_env(make_env(tmp_path))
+    run_dir = settings.runs_dir / "long1"
+    run_dir.mkdir(parents=True)
+    rows = run(10, tokens=[10, 11, 9, 12, 10, 18, 22, 26, 29, 31])
+    (run_dir / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # 40 held-out items, the same 12 right before and after: flat.
+    for step in (0, 10):
+        outcomes = [ItemOutcome(item=f"i{i}", score=float(i < 12), completion=str(i)) for i in range(40)]
+        write_outcomes(eval_outcomes_file(run_dir, step), outcomes)
+    Registry(settings.state_db).create_run(run_record("long1", run_dir, state=RunState.COMPLETED))
+
+    status = service.run_status(settings, "long1", repair=False)
+    assert status.learning_signal is not None
+    (monitor,) = [m for m in status.learning_signal.monitors if m.monitor == Monitor.LENGTH_DRIFT]
+    assert "Answers are getting longer while the held-out score does not rise" in monitor.warning
+    assert "steps 1-5" in monitor.warning and "steps 6-10" in monitor.warning and "40 held-out items" in monitor.warning
+    assert monitor.warning in status.message
+    results = anyio.run(get_results, settings, "long1")
+    assert results.learning_signal is not None
+    assert [m.warning for m in results.learning_signal.monitors if m.monitor == Monitor.LENGTH_DRIFT] == [
+        monitor.warning
+    ]
