@@ -55,7 +55,7 @@ from mcp_rl.proof.heldout import HeldOutSet, held_out_set
 from mcp_rl.proof.outcomes import ItemOutcome, read_outcomes, read_sampling, write_outcomes
 from mcp_rl.proof.stats import paired_comparison
 from mcp_rl.proof.verdict import judge
-from mcp_rl.rundir import eval_outcomes_file
+from mcp_rl.rundir import JUDGE_SPEND_FILE, eval_outcomes_file
 from mcp_rl.settings import Settings
 
 if TYPE_CHECKING:
@@ -365,10 +365,13 @@ class EvalWorker:
                 base_url=f"http://127.0.0.1:{port}/v1",
                 out_dir=self.dir / "env" / model.slug,
                 # the environment's own code: the allow-list and what it names, no key of ours but
-                # OpenRouter's for an MCP task with a paid judge (its held-out episodes are judged)
+                # OpenRouter's for an MCP task with a paid judge (its held-out episodes are judged);
+                # one spend file for the evaluation's models, so the judge's cap holds for the whole
+                # evaluation, not once per model's process
                 child_env=self.settings.user_code_env(
                     declared_env_vars(env.file_path, env.class_name, self.spec.env_config)
-                    + keys_needed(self.spec.env_config.get("task_file"))
+                    + keys_needed(self.spec.env_config.get("task_file")),
+                    MCP_RL_JUDGE_SPEND_FILE=str(self.dir / JUDGE_SPEND_FILE),
                 ),
                 model_name=model.id,
                 timeout_s=DEFAULT_TIMEOUT_S,
