@@ -55,10 +55,26 @@ def estimate_training(settings: Settings, config: RunConfig) -> Estimate:
 def judge_estimate(settings: Settings, config: RunConfig, shape: RunShape) -> dict[str, Any] | None:
     """An MCP task's paid judge over the run (None: no task file, or no paid judge): every group
     and held-out episode judged, each call at its bound, held to the task's judge.max_cost_usd."""
-    task_file = config.env.get("task_file")
+    groups = shape.steps * math.ceil(shape.batch_size / max(1, shape.group_size))
+    return task_judge_estimate(
+        settings,
+        config.env.get("task_file"),
+        shape.group_size,
+        groups,
+        shape.evaluations(),
+        config.env.get("eval_scenarios"),
+    )
+
+
+def task_judge_estimate(
+    settings: Settings, task_file: object, group_size: int, groups: int, evaluations: int, eval_scenarios: object = None
+) -> dict[str, Any] | None:
+    """The estimate of a task file's paid judge over `groups` groups and `evaluations` held-out
+    evaluations (None: not an MCP task file, or its judge is not a paid model). A run's and a
+    smoke test's alike."""
     if not keys_needed(task_file):
         return None
-    # The task file's loader (pydantic, yaml): only a run with a paid judge reads it here.
+    # The task file's loader (pydantic, yaml): only a task with a paid judge reads it here.
     from mcp_rl.environments.mcp_family import judge
     from mcp_rl.environments.mcp_family.taskfile import TaskFileError, load
 
@@ -79,13 +95,12 @@ def judge_estimate(settings: Settings, config: RunConfig, shape: RunShape) -> di
             "summary": f"the judge: cost unknown ({why}).",
         }
     limits = task.spec.limits
-    raw = config.env.get("eval_scenarios")
+    raw = eval_scenarios
     held_out = len(task.held_out) if not isinstance(raw, int) or raw <= 0 else min(raw, len(task.held_out))
-    groups = shape.steps * math.ceil(shape.batch_size / max(1, shape.group_size))
     # An episode as the judge reads it: every turn at its token limit (~4 characters a token) and
     # every call's result at its byte limit.
     episode_chars = limits.max_turns * limits.max_tokens_per_turn * 4 + limits.max_tool_calls * limits.output_bytes
-    found = judge.estimate(spec, price, shape.group_size, groups, shape.evaluations(), held_out, episode_chars)
+    found = judge.estimate(spec, price, group_size, groups, evaluations, held_out, episode_chars)
     return {
         "label": "estimated",
         "model": spec.model,

@@ -109,6 +109,9 @@ class TestSpec(BaseModel):
     # The run's base model (local folder or hub id): its tokenizer is used when it is available
     # locally, else the local model's. None: use the local model's.
     tokenizer: str | None = None
+    # An MCP task's paid judge: its estimate over the test (every model's groups), said with the
+    # models' own; the judge is held to the task's judge.max_cost_usd over the whole test.
+    judge_cost: str | None = None
 
     def dump(self, path: Path) -> None:
         write_text_atomic(path, self.model_dump_json(indent=2))

@@ -261,7 +261,8 @@ def build_result(
             model_timeout_s=spec.model_timeout_s,
             tokenizer=spec.tokenizer,
             tokenizer_note=tokenizer_note,
-            cost_estimates={m.id: m.price_note for m in spec.models if m.price_note},
+            cost_estimates={m.id: m.price_note for m in spec.models if m.price_note}
+            | ({"judge": spec.judge_cost} if spec.judge_cost else {}),
         ),
         models_tested=models,
         summary=TestSummary(

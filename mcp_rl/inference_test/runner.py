@@ -36,6 +36,7 @@ import yaml
 from mcp_rl.atomic import write_text_atomic
 from mcp_rl.background import worker_main
 from mcp_rl.environments.discovery import declared_env_vars
+from mcp_rl.environments.mcp_family.taskfile import keys_needed
 from mcp_rl.errors import McpRlError
 from mcp_rl.inference_test import report
 from mcp_rl.inference_test.gateway import Budgets, Gateway, Lane, Preflight, preflight
@@ -57,7 +58,7 @@ from mcp_rl.model_specs import ModelSpec
 from mcp_rl.models import resolve_model
 from mcp_rl.ports import allocate_ports
 from mcp_rl.processes import identify, spawn, stop_group
-from mcp_rl.rundir import ENV_HEALTH_FILE, read_env_health
+from mcp_rl.rundir import ENV_HEALTH_FILE, JUDGE_SPEND_FILE, read_env_health
 from mcp_rl.settings import SECRET_ENV_VARS, Settings
 
 log = logging.getLogger("mcp_rl.inference_test")
@@ -116,10 +117,11 @@ def process_config(
     return {"env": env, "openai": openai}
 
 
-def child_env(settings: Settings, gateway_token: str, named: Sequence[str] = ()) -> dict[str, str]:
+def child_env(settings: Settings, gateway_token: str, named: Sequence[str] = (), **extra: str) -> dict[str, str]:
     """A process-mode child's environment (the environment's own code): the allow-list of
-    `Settings.user_code_env` with the variables it names, and the token of the test's gateway."""
-    env = settings.user_code_env(named)
+    `Settings.user_code_env` with the variables it names (`extra`: our own launch settings), and
+    the token of the test's gateway."""
+    env = settings.user_code_env(named, base=None, **extra)
     for name in _STRIPPED_ENV:
         if name not in named:
             env.pop(name, None)
@@ -130,6 +132,15 @@ def child_env(settings: Settings, gateway_token: str, named: Sequence[str] = ())
         env["WANDB_MODE"] = "disabled"
     env["OPENAI_API_KEY"] = gateway_token
     return env
+
+
+def model_env_names(spec: TestSpec) -> list[str]:
+    """The variables a model's environment process gets beyond the allow-list: those its
+    environment names, and OpenRouter's key for an MCP task whose judge is a paid model."""
+    env = spec.environment
+    return declared_env_vars(env.file_path, env.class_name, spec.env_config) + keys_needed(
+        spec.env_config.get("task_file")
+    )
 
 
 def choose_tokenizer(configured: str | None, local_model: Path) -> tuple[Path | str, str | None]:
@@ -475,9 +486,10 @@ class TestWorker:
             child_env(
                 self.settings,
                 self.gateway.token,
-                declared_env_vars(
-                    self.spec.environment.file_path, self.spec.environment.class_name, self.spec.env_config
-                ),
+                model_env_names(self.spec),
+                # an MCP task's paid judge: one spend file for every model's process, so the
+                # task's judge.max_cost_usd holds over the whole test
+                MCP_RL_JUDGE_SPEND_FILE=str(self.dir / JUDGE_SPEND_FILE),
             ),
             cwd=run.folder,
         )

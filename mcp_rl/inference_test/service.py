@@ -262,6 +262,10 @@ def start_test(
     from mcp_rl.costs.openrouter import price_models
 
     planned = price_models(settings, planned)
+    # An MCP task's paid judge scores each group each model plays (the estimate reads prices)
+    from mcp_rl.config.training_cost import task_judge_estimate
+
+    judge = task_judge_estimate(settings, env_config.get("task_file"), group_size, num_steps * len(planned), 0)
     settings.ensure_home()
     test_id = new_test_id()
     test_dir = settings.tests_dir / test_id
@@ -282,6 +286,7 @@ def start_test(
         local_model=str(settings.model_path) if settings.model_path else "default",
         use_wandb=settings.wandb_enabled,
         tokenizer=env_config.get("tokenizer_name") if isinstance(env_config.get("tokenizer_name"), str) else None,
+        judge_cost=judge["summary"] if judge else None,
     )
     spec.dump(test_dir / SPEC_FILE)
     initial = report.build_result(
