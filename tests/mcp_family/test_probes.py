@@ -123,3 +123,15 @@ def test_the_validators_report_shows_the_probes(settings: Settings, tmp_path: Pa
     assert means([dict(r) for r in report.degenerate_replies])["all_answers"] == 1.0
     assert report.mcp is not None and report.mcp["degenerate_probes"]["scenarios_probed"] == 8
     assert any(w.startswith(ALL_LISTED.capitalize()) for w in report.warnings)
+
+
+def test_a_judged_task_with_answers_validates_and_its_report_says_why_it_is_not_probed(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Answers beside a judge (or read-back) reward are the user's notes: scored 0 by the reward
+    # offline, they once failed validation as "the reference answer scores 0.0".
+    path = larger_task(tmp_path, "  kind: judge\n", extra="judge: {model: local}\n")
+    report = validate_mcp_task(settings, path, sample=False, timeout_s=120)
+    assert report.ok, report.problems
+    assert report.degenerate_replies is None and report.mcp is not None
+    assert report.mcp["degenerate_probes"]["not_probed"].startswith("reward.kind judge")

@@ -144,8 +144,8 @@ async def validate(task: McpTask, env: Mapping[str, str] | None = None, tokenize
         report.problem("tools", "the server offers no tool the task allows (name them in `tools:`)")
     references = 0
     for scenario in (*task.train, *task.held_out):
-        if scenario.answer is None:
-            continue
+        if scenario.answer is None or task.spec.reward.kind in NOT_PROBED:
+            continue  # a read-back or judge scores after the episode: an answer alone has no score (0 here)
         references += 1
         try:
             score = task.reward(scenario.answer, scenario, [])
@@ -159,7 +159,7 @@ async def validate(task: McpTask, env: Mapping[str, str] | None = None, tokenize
         if score < 1.0 and task.check_fn is None:
             report.problem("reference", f"{task.spec.scenarios}:{scenario.line}: the reference answer scores {score}")
     report.facts["references_scored"] = references
-    if any(p.check == "reference" for p in report.problems) and task.spec.reward.kind not in NOT_PROBED:
+    if any(p.check == "reference" for p in report.problems):
         report.facts["degenerate_probes"] = {"scenarios_probed": 0, "not_probed": "fix the reference problems first"}
         return report
     probed = probe(task)
