@@ -11,11 +11,12 @@ held-out items (at most PROBE_ITEMS), each of:
     echo       the item's prompt (its last user message) given back as the reply
     constant   the most common reference answer, given to every item
 
-and warns (each threshold stated in the warning) when a probe
+(an MCP task file adds `all_answers`, every distinct expected answer in one reply, which a
+"the reply contains the answer" reward pays in full: mcp_family/probes.py) and warns (each threshold stated in the warning) when a probe
 
     - earns a mean of more than MEAN_SHARE of the score range (any probe), or
-    - earns some credit on more than CREDIT_SHARE of the items (empty, digits, echo: a reply that
-      is not an answer should earn nothing; the constant earns its share of the items by design).
+    - earns some credit on more than CREDIT_SHARE of the items (empty, digits, echo, all_answers: a
+      reply that is not an answer should earn nothing; the constant earns its share of the items by design).
 
 A task (mcp_rl.task) is probed in validate_child with its own score(); an Atropos environment
 (bundled, reasoning-gym, any with an evaluate()) in validate_atropos, by running its evaluate()
@@ -39,13 +40,20 @@ DIGITS = ("1234567890" * 4)[:32]
 MEAN_SHARE = 0.2
 CREDIT_SHARE = 0.2
 PROBES = ("empty", "digits", "echo", "constant")
-NOT_ANSWERS = ("empty", "digits", "echo")
+ALL_ANSWERS = "all_answers"  # MCP task files only (their expected answers are all known up front)
+NOT_ANSWERS = ("empty", "digits", "echo", ALL_ANSWERS)
 DESCRIBED = {
     "empty": "an empty reply",
     "digits": f"a {len(DIGITS)}-digit string",
     "echo": "the prompt echoed back",
     "constant": "the most common reference answer given to every item",
+    ALL_ANSWERS: "every distinct expected answer joined in one reply",
 }
+# What to do about a scorer that pays a reply that is not an answer (the warning's last words).
+STRICTER_SCORE = (
+    "Make score() stricter: full credit only for the exact answer, nothing for a reply that merely contains it or "
+    "repeats the question."
+)
 # Fields of an Atropos sample that hold the item's reference answer (for the constant probe).
 REFERENCE_KEYS = ("answer", "reference", "target", "gold", "expected", "solution", "label")
 
@@ -96,8 +104,11 @@ def result(probe: str, reply: str, scores: Sequence[float], low: float = 0.0) ->
     )
 
 
-def warnings(results: Sequence[ProbeResult], low: float = 0.0, high: float = 1.0) -> list[str]:
-    """A warning per probe past a threshold, each saying the threshold and what to do."""
+def warnings(
+    results: Sequence[ProbeResult], low: float = 0.0, high: float = 1.0, advice: str = STRICTER_SCORE
+) -> list[str]:
+    """A warning per probe past a threshold, each saying the threshold and what to do (`advice`:
+    how to make this kind of scorer refuse a reply that is not an answer)."""
     span = (high - low) or 1.0
     out: list[str] = []
     for r in results:
@@ -116,8 +127,7 @@ def warnings(results: Sequence[ProbeResult], low: float = 0.0, high: float = 1.0
                 out.append(
                     f"{what.capitalize()}{example} scores a mean {r.mean:.2f} over {r.items or 'the'} items, more "
                     f"than {MEAN_SHARE:.0%} of the score range: a model can learn that reply instead of the task. "
-                    "Make score() stricter: full credit only for the exact answer, nothing for a reply that merely "
-                    "contains it or repeats the question."
+                    + advice
                 )
             continue
         if r.probe in NOT_ANSWERS and r.credited is not None and r.credited > CREDIT_SHARE:

@@ -27,6 +27,7 @@ from mcp_rl.atomic import write_text_atomic
 from mcp_rl.environments.child import run_child
 from mcp_rl.environments.degenerate_probes import CREDIT_SHARE, MEAN_SHARE
 from mcp_rl.environments.discovery import EnvironmentInfo
+from mcp_rl.environments.mcp_family.probes import PROBED_SCENARIOS
 from mcp_rl.environments.mcp_family.taskfile import named_variables
 from mcp_rl.errors import UserError
 from mcp_rl.models import default_model_dir, is_hf_model_dir
@@ -64,7 +65,10 @@ class ValidationReport(BaseModel):
         description="What degenerate replies score over a sample of held-out items (an empty reply, a long digit "
         "string, the prompt echoed, the most common reference answer given to every item): each probe's mean and "
         f"share of items given any credit. A warning names any past its threshold (a mean above {MEAN_SHARE:.0%} of "
-        f"the score range; credit on more than {CREDIT_SHARE:.0%} of items for a reply that is not an answer).",
+        f"the score range; credit on more than {CREDIT_SHARE:.0%} of items for a reply that is not an answer). An "
+        "MCP task file's final answers are probed with its own reward (a check included) over at most "
+        f"{PROBED_SCENARIOS} scenarios, adding every distinct expected answer joined in one reply (all_answers); "
+        "mcp.degenerate_probes says how many were probed, or why a read_back or judge reward cannot be.",
     )
     base_model: dict[str, Any] | None = Field(
         None, description="The local base model's sampled answers (temperature 1) with their scores and timings."

@@ -451,6 +451,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         file names and lists its tools, the allowed tools exist and render for the base model (chat
         template or fallback), each scenario's reward runs on its reference answer (problems name
         the scenario's line); tools withheld for destructiveHint/openWorldHint are listed (report.mcp).
+        Degenerate final answers (empty, the prompt echoed, the most common answer, every answer
+        joined in one reply, a digit string) are scored with the task's own reward
+        (report.degenerate_replies); a warning names one that earns too much (e.g. a `contains`
+        reward paying the reply that lists every answer). read_back and judge rewards cannot be
+        probed offline (report.mcp.degenerate_probes says so).
 
         For a task (mcp_rl.task): builds its training and held-out items, checks that no held-out
         prompt is a training prompt, scores the reference answers (they must get the top of

@@ -4,6 +4,9 @@ The file loads (a bad field is named), the server starts and lists its tools, th
 exist, each offered tool's schema renders (as JSON, and through the base model's chat template
 or the fallback when a tokenizer is given), and each scenario's reward runs on its reference
 answer (a check that raises or returns a non-score is reported with the scenario's line).
+Degenerate final answers (an empty one, the prompt echoed, the most common expected answer,
+every expected answer joined, a digit string) are scored with the task's own reward
+(mcp_family/probes.py) and warned past degenerate_probes' thresholds.
 Warnings: tools withheld for their destructiveHint/openWorldHint, variables the task names that
 are not set (the server would start without them) or that are mcp-rl's own keys (never passed).
 
@@ -26,6 +29,7 @@ from typing import Any
 import anyio
 
 from mcp_rl.environments.child import take_channels, write_report
+from mcp_rl.environments.mcp_family.probes import NOT_PROBED, probe
 from mcp_rl.environments.mcp_family.server import ToolServerError, UnknownTools, open_server
 from mcp_rl.environments.mcp_family.taskfile import McpTask, TaskFileError, load
 from mcp_rl.environments.mcp_family.tools import Renderer, ToolSpec
@@ -49,6 +53,7 @@ class ValidationReport:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    degenerate_replies: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -63,6 +68,7 @@ class ValidationReport:
             "kind": "mcp",
             "problems": [{"check": p.check, "message": p.message} for p in self.problems],
             "warnings": self.warnings,
+            "degenerate_replies": self.degenerate_replies,
             "mcp": {"listed": self.listed, "offered": self.offered, "withheld": self.withheld, **self.facts},
         }
 
@@ -138,8 +144,8 @@ async def validate(task: McpTask, env: Mapping[str, str] | None = None, tokenize
         report.problem("tools", "the server offers no tool the task allows (name them in `tools:`)")
     references = 0
     for scenario in (*task.train, *task.held_out):
-        if scenario.answer is None:
-            continue
+        if scenario.answer is None or task.spec.reward.kind in NOT_PROBED:
+            continue  # a read-back or judge scores after the episode: an answer alone has no score (0 here)
         references += 1
         try:
             score = task.reward(scenario.answer, scenario, [])
@@ -153,6 +159,13 @@ async def validate(task: McpTask, env: Mapping[str, str] | None = None, tokenize
         if score < 1.0 and task.check_fn is None:
             report.problem("reference", f"{task.spec.scenarios}:{scenario.line}: the reference answer scores {score}")
     report.facts["references_scored"] = references
+    if any(p.check == "reference" for p in report.problems):
+        report.facts["degenerate_probes"] = {"scenarios_probed": 0, "not_probed": "fix the reference problems first"}
+        return report
+    probed = probe(task)
+    report.degenerate_replies = probed.rows()
+    report.facts["degenerate_probes"] = probed.facts
+    report.warnings.extend(probed.warnings)
     return report
 
 
