@@ -6,6 +6,8 @@ judge's estimate beside the models' own. A task without a paid judge gets no key
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +19,36 @@ from mcp_rl.runconfig import EnvironmentRef
 from mcp_rl.settings import Settings, bundled_environments_dir
 from tests.conftest import make_env
 from tests.fakes.fake_openrouter import FakeOpenRouter
-from tests.mcp_family.kit import write_task
 
 JUDGE = "fake/judge"
 POLICY = "fake/policy"
 KEY = "sk-or-v1-" + "b" * 40
+CAPITALS = (
+    ("France", "Paris"),
+    ("Japan", "Tokyo"),
+    ("Peru", "Lima"),
+    ("Kenya", "Nairobi"),
+    ("Chile", "Santiago"),
+    ("Egypt", "Cairo"),
+    ("Norway", "Oslo"),
+    ("Canada", "Ottawa"),
+)
 MCP_ENV = EnvironmentRef(
     name="mcp", class_name="McpEnv", file_path=bundled_environments_dir() / "mcp_env.py", project_root=Path(".")
 )
+
+
+def write_task(folder: Path, extra: str = "") -> Path:
+    """A task file of eight scenarios on a server never started here (only its judge is read)."""
+    (folder / "s.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"Capital of {c}?", "answer": a}) + "\n" for c, a in CAPITALS)
+    )
+    path = folder / "capitals.mcp.yaml"
+    path.write_text(
+        f"name: capitals\nserver:\n  command: {json.dumps(sys.executable)}\n  args: ['-c', 'pass']\n"
+        f"scenarios: s.jsonl\nheld_out_fraction: 0.5\n{extra}"
+    )
+    return path
 
 
 def test_a_judged_task_smoke_test_gets_the_judge_key_a_shared_spend_file_and_its_estimate(
