@@ -118,6 +118,10 @@ class McpEnv(BaseEnv):
         config = McpEnvConfig(
             group_size=4,
             batch_size=8,
+            # Atropos's own default is 1000 steps: days of multi-turn episodes on a CPU, and a
+            # judge's bound 50x the README's. 20 steps of 2 scenarios x 4 episodes is the run the
+            # README prices; an agent sets total_steps for more.
+            total_steps=20,
             max_token_length=2048,
             ensure_scores_are_not_same=False,
             min_items_sent_before_logging=1,
