@@ -86,7 +86,11 @@ async def test_a_hanging_model_is_killed_at_its_deadline_a_silent_one_stops_earl
     assert hang.state == "timed_out" and "killed" in (hang.error or "") and hang.log_tail is not None
     # Empty answers make the environment drop every group and Atropos retry forever: the gateway
     # stops the model after a group's worth of them, long before its deadline.
-    assert silent.state == "failed" and "every answer was empty" in (silent.error or "") and "rejected" in silent.error
+    assert silent.state == "failed" and "every answer was empty" in (silent.error or "")
+    # What the environment made of the empty answers is added when its log says it by the time the
+    # gateway stops the model: a race (CI saw it lose once), so it is checked only when present.
+    if "rejected" in silent.error:
+        assert "groups built from this model's answers" in silent.error, silent.error
     assert silent.usage is not None and silent.usage.requests <= silent.usage.request_budget
     # Its state says the gateway, not the deadline, ended it; its time includes its environment
     # process's start (up to ~25 s on a loaded 2-core machine), so only "before the deadline" is firm.
