@@ -10,8 +10,12 @@ A subclass says only what it knows:
     eval_problems           the held-out items, never trained on (`held_out_items()` returns them)
     default_settings()      its config_init() values beside the shared local defaults
     reward_group(item)      (optional) the group a training reward is also reported under
+    reference(item)         (optional) the item's reference answer as a model would give it, tried
+                            as a constant answer to every held-out item (default None: none)
     report_evaluation(...)  (optional) how an evaluation is reported (default: eval/percent_correct
-                            in `self.eval_metrics`, which wandb_log hands to Atropos)
+                            in `self.eval_metrics`, which wandb_log hands to Atropos); it is given,
+                            per item, what a few constant answers score on it
+                            (mcp_rl.environments.constant_answers), for its samples
 
 and the base does the rest, the same for all of them: sampling on both Atropos server types (token
 ids and logprobs from sglang-type servers, text tokenized locally from openai-type ones), the
@@ -33,6 +37,7 @@ from typing import Any
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, ScoredDataGroup
 
+from mcp_rl.environments.constant_answers import constant_scores
 from mcp_rl.environments.training_order import TrainingOrder
 from mcp_rl.models import default_model_dir
 from mcp_rl.scored_data import MASKED, PROMPT_LOGPROB
@@ -140,6 +145,10 @@ class SingleTurnEnv(BaseEnv):
         """The items evaluate() answers greedily."""
         return self.eval_problems
 
+    def reference(self, item: Item) -> str | None:
+        """The item's reference answer as a model would give it (None: none to offer)."""
+        return None
+
     # --- config -----------------------------------------------------------------------------
     @classmethod
     def config_init(cls) -> tuple[Any, list[APIServerConfig]]:
@@ -239,10 +248,18 @@ class SingleTurnEnv(BaseEnv):
             return text, self.score(text, item)
 
         answers = await asyncio.gather(*(one(item) for item in items))
-        await self.report_evaluation(items, [text for text, _ in answers], [score for _, score in answers])
+        texts = [text for text, _ in answers]
+        # Off the event loop: a few answers graded on every item, by a scorer that may be slow.
+        constants = await asyncio.to_thread(
+            constant_scores, items, texts, [self.reference(item) for item in items], lambda t, i: self.score(t, i)
+        )
+        await self.report_evaluation(items, texts, [score for _, score in answers], constants)
 
-    async def report_evaluation(self, items: list[Item], texts: list[str], scores: list[float]) -> None:
-        """eval/percent_correct, handed to Atropos at the next wandb_log."""
+    async def report_evaluation(
+        self, items: list[Item], texts: list[str], scores: list[float], constants: list[dict[str, float]]
+    ) -> None:
+        """eval/percent_correct, handed to Atropos at the next wandb_log (`constants`: per item,
+        what a few constant answers score on it, for a subclass's per-item samples)."""
         self.eval_metrics.append(("eval/percent_correct", sum(scores) / len(items)))
 
     def train_metrics(self) -> dict[str, float]:

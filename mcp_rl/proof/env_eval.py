@@ -39,6 +39,8 @@ from typing import Any
 
 import yaml
 
+from mcp_rl.environments.constant_answers import SAMPLE_KEY as CONSTANTS_KEY
+from mcp_rl.environments.constant_answers import normalised
 from mcp_rl.environments.eval_capture import (
     CAPTURED_FILE,
     EVALUATE_CONFIG_FILE,
@@ -408,9 +410,25 @@ def per_item_outcomes(samples: list[dict[str, Any]]) -> tuple[list[ItemOutcome] 
                 group=row[group_key] if group_key else None,
                 at_limit=_at_limit(row),
                 echo=repeats_prompt(completion, prompt) if prompt is not None else None,
+                constants=_constants(row),
             )
         )
     return outcomes, key, paired_by
+
+
+def _constants(row: Mapping[str, Any]) -> dict[str, float] | None:
+    """The sample's graded constant answers ({answer: its score on this item}), when it carries
+    them as numbers (mcp_rl.environments.constant_answers); None otherwise."""
+    given = row.get(CONSTANTS_KEY)
+    if not isinstance(given, dict) or not given:
+        return None
+    out: dict[str, float] = {}
+    for answer, score in given.items():
+        value = _score(score)
+        if not isinstance(answer, str) or value is None:
+            return None
+        out[normalised(answer)] = float(value)
+    return out
 
 
 def _at_limit(row: Mapping[str, Any]) -> bool | None:

@@ -28,6 +28,9 @@ class ItemOutcome(BaseModel):
     at_limit: bool | None = None
     # The completion repeats the item's prompt (mcp_rl.proof.verdict.repeats_prompt; None: prompt unknown).
     echo: bool | None = None
+    # What a few constant answers score on this item by the environment's own scorer, when its own
+    # evaluate() graded them (mcp_rl.environments.constant_answers); None: not graded there.
+    constants: dict[str, float] | None = None
 
 
 def write_outcomes(path: Path, outcomes: list[ItemOutcome]) -> None:
@@ -35,6 +38,8 @@ def write_outcomes(path: Path, outcomes: list[ItemOutcome]) -> None:
     lines = []
     for outcome in outcomes:
         row = outcome.model_dump()
+        if row.get("constants") is None:
+            row.pop("constants", None)  # most evaluations carry none: no field on every line
         row["completion"] = row["completion"][:COMPLETION_CHARS]
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
     write_text_atomic(path, "".join(lines))

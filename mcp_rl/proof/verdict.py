@@ -21,23 +21,24 @@ partial credit to a long digit string. So every verdict is read beside:
 An environment's own evaluate() that reports only an aggregate score gives no answers to grade:
 no constant baseline can be computed for it, and the verdict says so (`NO_BASELINE_AGGREGATE`).
 
-Stdlib and pydantic only: the trainer computes the baseline, the server reads it.
+Stdlib, pydantic and the constant answers' one rule (mcp_rl.environments.constant_answers) only: the
+trainer computes the baseline, the server reads it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from difflib import SequenceMatcher
 from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-# Answers compared as the model gave them, whitespace collapsed, cut to this many characters.
-ANSWER_CHARS = 200
-# Candidates for the constant baseline: the most common answers of each evaluation compared, and
-# of the references.
-CANDIDATES_PER_SOURCE = 3
+# Answers compared as the model gave them, whitespace collapsed, cut to 200 characters;
+# candidates for the constant baseline: the CANDIDATES_PER_SOURCE most common answers of each
+# evaluation compared, and of the references (the same rule where an environment grades them).
+from mcp_rl.environments.constant_answers import CANDIDATES_PER_SOURCE, most_common, normalised
+
 # A warning when the most common answer covers at least this share of the items (and n >= MIN_ITEMS).
 COLLAPSE_SHARE = 0.8
 MIN_ITEMS = 10
@@ -119,15 +120,6 @@ class AnswerShape(BaseModel):
     )
 
 
-def normalised(text: str) -> str:
-    return " ".join(text.split())[:ANSWER_CHARS]
-
-
-def _most_common(texts: Iterable[str], k: int) -> list[str]:
-    counts = Counter(normalised(t) for t in texts)
-    return [text for text, _ in counts.most_common(k)]
-
-
 def best_constant(
     answers: Sequence[str],
     grade: Callable[[str, int], float],
@@ -145,10 +137,10 @@ def best_constant(
         return None
     sources: dict[str, str] = {}
     for name, texts in completions.items():
-        for text in _most_common(texts, CANDIDATES_PER_SOURCE):
+        for text in most_common(texts, CANDIDATES_PER_SOURCE):
             sources.setdefault(text, f"the most common answer at {name}")
     if references is not None:
-        for text in _most_common(references, CANDIDATES_PER_SOURCE):
+        for text in most_common(references, CANDIDATES_PER_SOURCE):
             sources.setdefault(text, "the most common reference answer")
     best: ConstantBaseline | None = None
     graded: dict[str, list[float]] = {}
@@ -330,6 +322,36 @@ def constant_from_answers(evaluations: Mapping[str, Sequence[tuple[str, str, flo
     )
 
 
+def constant_from_grades(base: Sequence[Row], trained: Sequence[Row]) -> ConstantBaseline | None:
+    """The best constant answer as the environment's own evaluate() graded it (each row's
+    `constants`: a few answers and what each scores on that item), over the paired items: exact,
+    not a lower bound. An evaluation's candidates count only when it graded them on every item;
+    None when neither did."""
+    n = len(trained)
+    graded: dict[str, list[float]] = {}
+    sources: dict[str, str] = {}
+    for name, rows in (("the base's", base), ("the trained model's", trained)):
+        if n == 0 or len(rows) != n or any(r.constants is None for r in rows):
+            continue
+        for candidate in rows[0].constants or {}:
+            if candidate in graded or not all(candidate in (r.constants or {}) for r in rows):
+                continue
+            graded[candidate] = [(r.constants or {})[candidate] for r in rows]
+            sources[candidate] = (
+                f"a common answer or reference, graded by the environment's own scorer in {name} evaluation"
+            )
+    if not graded:
+        return None
+    answer = max(graded, key=lambda c: sum(graded[c]))
+    best = ConstantBaseline(
+        answer=answer, score=sum(graded[answer]) / n, source=sources[answer], candidates=len(graded)
+    )
+    groups = [r.group for r in trained]
+    if any(g is not None for g in groups):
+        best.groups = group_constants([r.item for r in trained], groups, graded)
+    return best
+
+
 def group_constants(
     answers: Sequence[str], groups: Sequence[str | None], graded: Mapping[str, Sequence[float]]
 ) -> dict[str, GroupConstant]:
@@ -379,6 +401,8 @@ class Row(Protocol):
     score: float
     at_limit: bool | None
     echo: bool | None
+    group: str | None
+    constants: dict[str, float] | None
 
 
 def judge(
@@ -389,7 +413,10 @@ def judge(
 ) -> Verdict:
     """The verdict on paired items: `base` and `trained` are the rows of the same items in the same
     order; `sentence` is the paired test's; `constant` the graded baseline when a grader was at hand,
-    else (an environment's own evaluate() graded the answers) the lower bound read from the answers."""
+    else (an environment's own evaluate() graded the answers) the constants it graded itself, else
+    the lower bound read from the answers."""
+    if constant is None:
+        constant = constant_from_grades(base, trained)
     if constant is None:
         constant = constant_from_answers(
             {

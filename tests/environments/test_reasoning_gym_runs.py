@@ -53,6 +53,11 @@ async def test_a_dataset_and_a_mixture_train_with_held_out_figures(home: Path, m
         assert all(
             o.item.startswith("basic_arithmetic/1000000000+") for o in read_outcomes(eval_outcomes_file(run_dir, 0))
         )
+        # The constant answers were graded by the dataset's own scorer inside evaluate(): exact, not a lower bound.
+        assert all(o.constants for o in read_outcomes(eval_outcomes_file(run_dir, 2)))
+        constant = held["constant_baseline"]
+        assert constant is not None and constant["lower_bound"] is False, held
+        assert "the environment's own scorer" in constant["source"] and held["learned"] is not None
 
         mixed, run_dir = await _train(
             client, "rg:leg_counting=1,basic_arithmetic=1", home, params='{"leg_counting": {"max_animals": 4}}'
@@ -61,6 +66,7 @@ async def test_a_dataset_and_a_mixture_train_with_held_out_figures(home: Path, m
         held = mixed["held_out"]
         assert held is not None and held["n"] == 20, mixed
         assert [(g["group"], g["n"]) for g in held["groups"]] == [("basic_arithmetic", 10), ("leg_counting", 10)]
+        assert all(g["constant_baseline"] and not g["constant_baseline"]["lower_bound"] for g in held["groups"]), held
         final = read_outcomes(eval_outcomes_file(run_dir, 2))
         assert sorted({o.group for o in final}) == ["basic_arithmetic", "leg_counting"]
         assert "train/leg_counting/percent_correct" in (run_dir / "env_metrics.jsonl").read_text()

@@ -12,9 +12,10 @@ Items are the datasets' own (question, answer, metadata), scored by the dataset'
                 each), and any whose question a training item also asks dropped from training
 
 evaluate() answers the held-out items greedily and reports one sample per item (its dataset
-included) through Atropos's evaluate_log: mcp-rl's trainer runs it before step 1 and after the
-last step, and pairs the items by id (mcp_rl.proof.env_eval); training and held-out
-figures are also given per dataset.
+included, and what a few constant answers score on it by the dataset's scorer: the verdict's
+constant baseline, mcp_rl.environments.constant_answers) through Atropos's evaluate_log: mcp-rl's
+trainer runs it before step 1 and after the last step, and pairs the items by id
+(mcp_rl.proof.env_eval); training and held-out figures are also given per dataset.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, field_validator, model_validator
 
+from mcp_rl.environments.constant_answers import SAMPLE_KEY
 from mcp_rl.environments.rg_spec import PREFIX, held_out_counts, parse_spec
 from mcp_rl.environments.single_turn import SingleTurnEnv
 
@@ -188,9 +190,19 @@ class ReasoningGymEnv(SingleTurnEnv):
         # Some datasets take a second or more per item (listed as slow): not on the event loop.
         return await asyncio.to_thread(next_item)
 
-    async def report_evaluation(self, items: list[dict[str, Any]], texts: list[str], scores: list[float]) -> None:
-        """One sample per held-out item (with its dataset) through Atropos's evaluate_log, and the
-        figures overall and per dataset."""
+    def reference(self, item: dict[str, Any]) -> str | None:
+        return str(item["answer"])
+
+    async def report_evaluation(
+        self,
+        items: list[dict[str, Any]],
+        texts: list[str],
+        scores: list[float],
+        constants: list[dict[str, float]],
+    ) -> None:
+        """One sample per held-out item (with its dataset, and what a few constant answers score on
+        it by the dataset's own scorer) through Atropos's evaluate_log, and the figures overall and
+        per dataset."""
         samples = [
             {
                 "id": f"{item['dataset']}/{self.config.held_out_seed}+{item['index']}",
@@ -199,8 +211,9 @@ class ReasoningGymEnv(SingleTurnEnv):
                 "answer": str(item["answer"]),
                 "response": text,
                 "score": score,
+                SAMPLE_KEY: constant,
             }
-            for item, text, score in zip(items, texts, scores, strict=True)
+            for item, text, score, constant in zip(items, texts, scores, constants, strict=True)
         ]
         metrics = {"eval/percent_correct": sum(scores) / len(samples)}
         for name in self.weights:
