@@ -3,14 +3,17 @@
 Runs each task at the shipped local defaults (30 steps of 8 items x 4 answers, the base and the
 result evaluated on every held-out item): the bundled arithmetic environment, the task the scaffold
 (`mcp-rl new-env`) writes as it is, and with `--tasks ...,rg` reasoning-gym's default
-(`rg:leg_counting`, 32-token answers). None of these runs games its reward, so every monitor that
-fires is a false alarm; the bench counts, per task, the runs in which each fired, at any step as
-rl_check_status would have shown it during the run (the held-out base only: eval_every is 0) and
-at the end (with the final held-out figures), and the runs whose gain was certified (the paired test
-at p < 0.05, above the best constant answer).
+(`rg:leg_counting`, 32-token answers) or `rg:<dataset>` another of its datasets at the same
+defaults. None of arithmetic's and the scaffold's runs games its reward, so every monitor that
+fires there is a false alarm; the bench counts, per task, the runs in which each fired, at any step
+as rl_check_status would have shown it during the run (the held-out base only: eval_every is 0) and
+at the end (with the final held-out figures), the runs whose gain was certified (the paired test
+at p < 0.05, above the best constant answer), the runs in which no step trained a sequence (no
+signal: the dead-groups warning is then right) and the runs whose held-out verdict carried a
+warning (collapse, partial credit, answers cut or echoing).
 
     flock /tmp/mcp-rl-heavy.lock .venv/bin/python bench/bench_monitors.py [--runs 3] [--steps 30]
-        [--tasks arithmetic,scaffold,rg]
+        [--tasks arithmetic,scaffold,rg,rg:letter_counting]
 
 Measured 2026-11-28 on 2 shared cores (other helpers' tests running), `--runs 1`, 30 steps each,
 every held-out item (arithmetic 201, scaffold 200):
@@ -28,7 +31,13 @@ every held-out item (arithmetic 201, scaffold 200):
   the rule from issue 34) fired mid-run in 1 of the 3 scaffold runs (and in the first pass's): a
   false alarm of that older rule, cleared at the end by the held-out gain. 118-167 s a run.
 
-Not measured yet: reasoning-gym (`--tasks rg`).
+reasoning-gym's default, `--tasks rg --runs 1` (2026-11-28, 2 cores, nothing else running; 468 s):
+the 135M model answers no leg-counting item right, before or after (0.000 -> 0.000 on 200 held-out
+items, p = 1; `learned` False: no gain over a constant). Every group of every step scored alike, so
+no step trained a sequence (32 of 32 skipped, all 30 steps); the dead-groups warning fired during
+the run and at the end, which is that warning doing its job (the run had no signal), and no
+reward-hacking monitor fired (answers 27.9 -> 28.6 tokens, top completion share 0.04 -> 0.03). More
+runs of it would repeat the same zeros, so one was run.
 """
 
 from __future__ import annotations
@@ -67,17 +76,18 @@ def task_config(
     task: str, work: Path, model_dir: Path, options: dict[str, Any], steps: int, index: int, scaffold: EnvironmentRef
 ) -> RunConfig:
     """A run at the shipped local defaults of `task` (its own group size and answer length)."""
-    if task == "rg":
+    if is_rg(task):
         from mcp_rl.environments.bundled.reasoning_gym_env import ReasoningGymEnv  # atroposlib: when asked
 
         env_defaults: Any = ReasoningGymEnv.config_init()[0]
+        datasets = task.partition(":")[2] or env_defaults.datasets
         environment = EnvironmentRef(
-            name="rg:leg_counting",
+            name=f"rg:{datasets}",
             class_name="ReasoningGymEnv",
             file_path=bundled_environments_dir() / "reasoning_gym_env.py",
             project_root=bundled_environments_dir(),
         )
-        overrides = {"datasets": env_defaults.datasets, "max_token_length": env_defaults.max_token_length}
+        overrides = {"datasets": datasets, "max_token_length": env_defaults.max_token_length}
         group_size, answer_tokens = env_defaults.group_size, env_defaults.max_new_tokens
     elif task == "scaffold":
         environment, overrides, group_size, answer_tokens = scaffold, {}, 4, 16  # the task runner's defaults
@@ -88,7 +98,7 @@ def task_config(
         environment, overrides = None, {}
         group_size, answer_tokens = env_defaults.group_size, env_defaults.max_new_tokens
     config = arithmetic_run_config(
-        work / f"{task}-{index}",
+        work / f"{task.replace(':', '-')}-{index}",
         model_dir,
         num_steps=steps,
         batch_size=options["batch_size"],
@@ -97,10 +107,14 @@ def task_config(
         lora_rank=options["lora_rank"],
         max_new_tokens=answer_tokens,
         save_checkpoint_interval=0,
-        run_id=f"bench-monitors-{task}-{index}",
+        run_id=f"bench-monitors-{task.replace(':', '-')}-{index}",
         env_overrides=overrides,
     )
     return config if environment is None else config.model_copy(update={"environment": environment})
+
+
+def is_rg(task: str) -> bool:
+    return task == "rg" or task.startswith("rg:")
 
 
 def certified(held: HeldOutSummary | None) -> bool:
@@ -134,6 +148,12 @@ def replay(rows: list[dict[str, Any]], held: HeldOutSummary | None) -> tuple[set
     return during, _names(final), trends
 
 
+def without_signal(rows: list[dict[str, Any]]) -> bool:
+    """No step of the run trained a sequence (every group's answers scored alike): the dead-groups
+    warning is then the warning doing its job, not a false alarm."""
+    return not any(r.get("batch/trained_sequences", 0) > 0 for r in rows if "batch/groups" in r)
+
+
 def _names(signal: Any) -> set[str]:
     if signal is None:
         return set()
@@ -148,8 +168,8 @@ def main() -> int:
     parser.add_argument("--tasks", default="arithmetic,scaffold", help=f"comma-separated, of {', '.join(TASKS)}")
     args = parser.parse_args()
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if not tasks or any(t not in TASKS for t in tasks):
-        parser.error(f"--tasks: give some of {', '.join(TASKS)}")
+    if not tasks or any(t not in TASKS and not is_rg(t) for t in tasks):
+        parser.error(f"--tasks: give some of {', '.join(TASKS)} or rg:<reasoning-gym dataset>")
     work = Path(tempfile.mkdtemp(prefix="mcp-rl-bench-monitors-"))
     envs = work / "envs"
     envs.mkdir()
@@ -187,21 +207,31 @@ def main() -> int:
                 during, end, trends = replay(rows, held)
                 counts["runs"]["done"] += 1
                 counts["runs"]["certified"] += certified(held)
+                counts["runs"]["no_signal"] += without_signal(rows)
+                counts["runs"]["verdict_warned"] += bool(held.warnings)
                 counts["during"].update(during)
                 counts["end"].update(end)
                 print(
                     f"{task} run {i} ({wall:.0f} s): held-out {held.base_score:.3f} -> {held.trained_score:.3f} on "
                     f"{held.n} items, p = {held.p_value:.3g}, learned {held.learned}; certified {certified(held)}; "
-                    f"fired during: {sorted(during) or 'none'}; at the end: {sorted(end) or 'none'}; {trends}",
+                    f"fired during: {sorted(during) or 'none'}; at the end: {sorted(end) or 'none'}; {trends}; "
+                    f"no signal at any step: {without_signal(rows)}; held-out warnings: {held.warnings or 'none'}; "
+                    f"sentence: {held.sentence}",
                     flush=True,
                 )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'task':<11} {'runs':>4} {'certified':>9}  " + "  ".join(f"{m} (during/end)" for m in monitors))
+    print(
+        f"\n{'task':<20} {'runs':>4} {'certified':>9} {'no signal':>9} {'verdict warned':>14}  "
+        + "  ".join(f"{m} (during/end)" for m in monitors)
+    )
     for task, counts in table.items():
-        done = counts["runs"]["done"]
+        runs = counts["runs"]
         cells = "  ".join(f"{counts['during'][m]}/{counts['end'][m]}".rjust(len(m) + 13) for m in monitors)
-        print(f"{task:<11} {done:>4} {counts['runs']['certified']:>9}  {cells}")
+        print(
+            f"{task:<20} {runs['done']:>4} {runs['certified']:>9} {runs['no_signal']:>9} {runs['verdict_warned']:>14}  "
+            f"{cells}"
+        )
     return 1 if failed else 0
 
 

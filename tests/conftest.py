@@ -48,6 +48,7 @@ SLOW_TIER_WORKERS = 2
 # their tests' calls): started first. Others follow in collection order; a stale figure only
 # costs balance.
 SLOW_FILE_SECONDS = {
+    "tests/tasks/test_length_monitor.py": 170,
     "tests/tasks/test_task_run.py": 161,
     "tests/environments/test_reasoning_gym_runs.py": 155,
     "tests/environments/test_verifiers_e2e.py": 150,

@@ -304,7 +304,7 @@ def test_rl_check_status_names_a_collapse(tmp_path: Path) -> None:
 
 
 def test_rl_check_status_and_rl_get_results_name_a_length_drift(tmp_path: Path) -> None:
-    """The wiring a real run takes (bench/bench_length_monitor.py trains one): the trainer's
+    """The wiring a real run takes (tests/tasks/test_length_monitor.py trains one, slow tier): the trainer's
     per-step lengths and its held-out outcomes on disk, read back by both tools."""
     import anyio
 
