@@ -233,6 +233,9 @@ def verdict_sentence(sentence: str, trained_score: float, constant: ConstantBase
     """The paired test's sentence with the constant baseline beside it."""
     if constant is None:
         return sentence
+    # The paired test's sentence ends at its bracket: a full stop before the baseline's own sentence.
+    sentence = sentence.rstrip()
+    sentence = sentence if sentence.endswith(".") else f"{sentence}."
     said = f'answering "{constant.answer}" to every item ({constant.source})'
     if constant.lower_bound and learned(trained_score, constant) is None:
         return (
@@ -243,8 +246,9 @@ def verdict_sentence(sentence: str, trained_score: float, constant: ConstantBase
     if learned(trained_score, constant):
         return f"{sentence} The best constant answer, {said}, scores {constant.score:.2f}: the model is above it."
     return (
-        f"Not shown to have learned the task: {sentence} But {said} scores {constant.score:.2f}, as much as the "
-        f"trained model's {trained_score:.2f}: a gain a constant answer also achieves is not learning."
+        f"Not shown to have learned the task: {sentence} But {said} scores {constant.score:.2f}, "
+        f"{'more than' if constant.score > trained_score + TIE else 'as much as'} the trained model's "
+        f"{trained_score:.2f}: a gain a constant answer also achieves is not learning."
     )
 
 

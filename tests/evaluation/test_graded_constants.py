@@ -80,7 +80,9 @@ async def test_digit_soup_is_not_shown_to_have_learned_against_the_graded_soup(t
     assert constant is not None and not constant.lower_bound and "environment's own scorer" in constant.source
     assert constant.score >= summary.trained_score - 1e-9
     assert summary.learned is False
-    assert summary.sentence.startswith("Not shown to have learned the task")
+    assert summary.sentence.startswith("Not shown to have learned the task") and ". But answering" in summary.sentence
+    compared = "more than" if constant.score > summary.trained_score + 1e-9 else "as much as"
+    assert f"{compared} the trained model's" in summary.sentence
     assert any(w.startswith("The gain is partial credit") and "0% -> 0%" in w for w in summary.warnings)
 
     # The same answers without the graded constants: every answer was given once, so the lower bound
