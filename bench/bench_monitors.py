@@ -38,6 +38,19 @@ no step trained a sequence (32 of 32 skipped, all 30 steps); the dead-groups war
 the run and at the end, which is that warning doing its job (the run had no signal), and no
 reward-hacking monitor fired (answers 27.9 -> 28.6 tokens, top completion share 0.04 -> 0.03). More
 runs of it would repeat the same zeros, so one was run.
+
+Issue 44's own case, `--tasks rg:letter_counting --runs 3` (2026-11-28, 2 cores, nothing else
+running; 561-625 s a run), after reasoning-gym's evaluate() began grading constant answers with the
+dataset's scorer: the trained models give answers that reasoning-gym's scorer pays partial credit,
+len(oracle)/len(answer) (run 1 answered "12 12 12 12 12 12 12 12 12 12 12" to 88% of the items), and
+beat the base at p < 1e-15 in all three (0.003 -> 0.017, 0.014, 0.018 on 200 items). All three are "Not shown to have learned the task":
+answering "1" to every item scores 0.34. Certified 0 of 3. The partial-credit warning fired in 3 of
+3 (full credit 0% -> 0%, partial 20% -> 44-58%), the collapse warning in 1 (one answer to 88% of the
+items), the dead-groups warning at the end in 1. No reward-hacking monitor fired during any run:
+the training reward rose by 0.02-0.03 (the rule needs 0.1) and the answers grew 1.14-1.20x (it
+needs 1.5x), so here the held-out verdict, not the run-time monitors, is what tells the truth.
+Before the grading (the same bench, one run): the lower bound read from the answers left it at
+`learned: null`, counted certified.
 """
 
 from __future__ import annotations
