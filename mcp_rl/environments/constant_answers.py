@@ -18,6 +18,7 @@ verdict normalises the same way, so the answer shown is the answer graded.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -49,13 +50,15 @@ def constant_scores(
 ) -> list[dict[str, float]]:
     """Per item, what each candidate answer scores on it by `score` (the environment's reward):
     the most common of `texts` (this evaluation's answers) and of `references` (None: the item has
-    none). A candidate the scorer fails on, or scores with something that is not a number, is left
-    out of every item, so each item's dict names the same answers."""
+    none). A candidate the scorer fails on, or scores with something that is not a finite number, is
+    left out of every item, so each item's dict names the same answers."""
     candidates = list(dict.fromkeys([*most_common(texts), *most_common(r for r in references if r is not None)]))
     graded: dict[str, list[float]] = {}
     for candidate in candidates:
         try:
-            graded[candidate] = [float(score(candidate, item)) for item in items]
+            scores = [float(score(candidate, item)) for item in items]
         except Exception:  # a scorer that cannot take this answer: not a candidate
             continue
+        if all(math.isfinite(s) for s in scores):  # a NaN or infinite score would win or poison the max
+            graded[candidate] = scores
     return [{candidate: scores[i] for candidate, scores in graded.items()} for i in range(len(items))]

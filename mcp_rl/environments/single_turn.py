@@ -251,7 +251,7 @@ class SingleTurnEnv(BaseEnv):
         texts = [text for text, _ in answers]
         # Off the event loop: a few answers graded on every item, by a scorer that may be slow.
         constants = await asyncio.to_thread(
-            constant_scores, items, texts, [self.reference(item) for item in items], lambda t, i: self.score(t, i)
+            constant_scores, items, texts, [self.reference(item) for item in items], self.score
         )
         await self.report_evaluation(items, texts, [score for _, score in answers], constants)
 

@@ -127,3 +127,9 @@ def test_a_candidate_the_scorer_fails_on_is_left_out_of_every_item() -> None:
 
     graded = constant_scores([0, 1, 2], ["boom", "boom", "1"], ["0", "1", "2"], score)
     assert all("boom" not in g for g in graded) and [g["1"] for g in graded] == [0.0, 1.0, 0.0]
+
+    def nan_for_two(text: str, item: int) -> float:
+        return float("nan") if text == "2" else float(text == str(item))
+
+    graded = constant_scores([0, 1, 2], ["1", "1", "2"], [None, None, None], nan_for_two)
+    assert [sorted(g) for g in graded] == [["1"], ["1"], ["1"]]

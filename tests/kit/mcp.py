@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,9 +14,12 @@ from typing import Any
 
 from mcp import Client
 
+from mcp_rl.settings import Settings
+from tests.conftest import make_env
 from tests.kit.runs import TEST_HELD_OUT_LIMIT
 from tests.kit.wait import WaitTimeout, wait_for_async
 
+REPO = Path(__file__).resolve().parents[2]
 # Where the slow tier keeps the environment families' interpreters: outside the checkout, so only
 # a machine's first run pays for making them.
 FAMILIES = Path(os.environ.get("MCP_RL_CI_FAMILIES", Path.home() / ".cache" / "mcp-rl-ci" / "families"))
@@ -30,6 +34,17 @@ async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> d
     result = await client.call_tool(tool, args or {})
     assert not result.is_error, f"{tool}: {result.content[0].text}"
     return result.structured_content
+
+
+def fixture_task(home: Path, model: Path, tmp_path: Path, fixture: Path) -> tuple[dict[str, str], Settings]:
+    """A task file of tests/fixtures/tasks copied alone into an environments folder: the server's
+    extra environment (the model, that folder, and PYTHONPATH so every child imports this
+    checkout's mcp_rl.task) and the Settings the server reads from it."""
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    shutil.copy(fixture, envs / fixture.name)
+    extra = {"MCP_RL_MODEL": str(model), "MCP_RL_ENV_PATHS": str(envs), "PYTHONPATH": str(REPO)}
+    return extra, Settings.from_env(make_env(home, **extra))
 
 
 async def run_to_end(

@@ -8,7 +8,6 @@ the items' reference answers, never their index."""
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from tests.conftest import make_env, stdio_params
-from tests.kit.mcp import ok
+from tests.conftest import stdio_params
+from tests.kit.mcp import fixture_task, ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -55,12 +53,7 @@ def _not_learned(verdict: dict[str, Any], where: str) -> None:
 async def test_a_task_learned_only_as_a_constant_is_not_certified(
     home: Path, default_model: Path, tmp_path: Path
 ) -> None:
-    envs = tmp_path / "envs"
-    envs.mkdir()
-    shutil.copy(FIXTURE, envs / "mostly_zero.py")
-    # PYTHONPATH: every child (environment, trainer, evaluation) imports this checkout's mcp_rl.task
-    extra = {"MCP_RL_MODEL": str(default_model), "MCP_RL_ENV_PATHS": str(envs), "PYTHONPATH": str(REPO)}
-    settings = Settings.from_env(make_env(home, **extra))
+    extra, settings = fixture_task(home, default_model, tmp_path, FIXTURE)
     run_id = ""
     try:
         async with Client(stdio_params(home, **extra)) as client:

@@ -7,66 +7,45 @@ the numbers and advice."""
 from __future__ import annotations
 
 import json
-import shutil
-import time
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from mcp_rl.rundir import COMPLETION_TOKENS_KEY, METRICS_FILE
-from mcp_rl.settings import Settings
 from mcp_rl.supervisor import service
-from tests.conftest import make_env, stdio_params
-from tests.kit.mcp import ok
+from tests.conftest import stdio_params
+from tests.kit.mcp import REPO, fixture_task, ok, run_to_end
 from tests.kit.runs import TEST_HELD_OUT_LIMIT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tasks" / "longer_pays.py"
 RUN_DEADLINE_S = 900.0
 # Ten steps: the monitor's windows are 5 + 5 (the smallest p 1/252). With 8 (4 + 4, the fewest it
 # calls) it fired, but at p = 0.04: the few-shot examples hold the answers short for the first
 # steps, then they grow (measured 11, 12, 12, 21, 16, 18, 30 ... tokens). Four groups of 4 a step.
-STEPS = 10
-BATCH = 16
+RUN = {"total_steps": 10, "batch_size": 16, "held_out_limit": TEST_HELD_OUT_LIMIT}
 
 
 async def test_a_reward_that_pays_for_length_gets_the_length_warning(
     home: Path, default_model: Path, tmp_path: Path
 ) -> None:
-    envs = tmp_path / "envs"
-    envs.mkdir()
-    shutil.copy(FIXTURE, envs / FIXTURE.name)
-    extra = {"MCP_RL_MODEL": str(default_model), "MCP_RL_ENV_PATHS": str(envs), "PYTHONPATH": str(REPO)}
-    settings = Settings.from_env(make_env(home, **extra))
+    extra, settings = fixture_task(home, default_model, tmp_path, FIXTURE)
     run_id = ""
     try:
         async with Client(stdio_params(home, **extra)) as client:
             await ok(client, "rl_select_environment", {"name": "longer_pays"})
-            for field, value in {
-                "total_steps": STEPS,
-                "batch_size": BATCH,
-                "held_out_limit": TEST_HELD_OUT_LIMIT,
-            }.items():
+            for field, value in RUN.items():
                 await ok(client, "rl_edit_config", {"field": field, "value": value})
             run_id = (await ok(client, "rl_start_training"))["run_id"]
-            end = time.monotonic() + RUN_DEADLINE_S
-            status: dict[str, Any] = {}
-            while time.monotonic() < end:
-                status = await ok(client, "rl_check_status", {"run_id": run_id})
-                if status["status"] in ("completed", "failed", "stopped") and not status.get("rate_limited"):
-                    break
-                await anyio.sleep(2.0)
+            status = await run_to_end(client, run_id, RUN_DEADLINE_S)
             assert status["status"] == "completed", status
             run_dir = Path(service.registry_for(settings).get_run(run_id).run_dir)
             lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines() if line.strip()]
             lengths = [(r["step"], round(r[COMPLETION_TOKENS_KEY], 1)) for r in lines if COMPLETION_TOKENS_KEY in r]
             print(f"completion tokens by step: {lengths}; held-out: {status['held_out']['sentence']}")
-            assert [s for s, _ in lengths] == list(range(1, STEPS + 1))
+            assert [s for s, _ in lengths] == list(range(1, RUN["total_steps"] + 1))
 
             signal = status["learning_signal"]
             fired = {m["monitor"]: m for m in signal["monitors"]}
