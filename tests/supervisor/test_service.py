@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 import pytest
 
@@ -148,17 +149,20 @@ def test_status_is_fast_and_reads_only_the_end_of_the_metrics(
             )
         long_file = settings.runs_dir / "long" / "metrics.jsonl"
         # Against references measured here and now, interleaved (a machine's speed and load cancel
-        # out): the status of a 4.8 MB metrics file costs what a 10-line one costs, and far less
-        # than parsing the file whole.
+        # out): the status of a 4.8 MB metrics file costs about what a 10-line one costs, and far
+        # less than parsing the file whole (~60 ms: what a status reading the whole file would at
+        # least cost). Medians of 9: CI once saw one 10-line status at 2.6 ms beside four at
+        # 7-10 ms (three test processes on 2 cores), and a minimum took that outlier as the norm.
         long, short, whole = [], [], []
-        for _ in range(5):
+        for _ in range(9):
             long.append(_timed(lambda: service.run_status(settings, "long")))
             short.append(_timed(lambda: service.run_status(settings, "short")))
             whole.append(_timed(lambda: _parse_all(long_file)))
         print(
-            f"status {min(long) * 1000:.1f} ms (10 lines: {min(short) * 1000:.1f} ms), parsing {min(whole) * 1000:.1f} ms"
+            f"status {median(long) * 1000:.1f} ms (10 lines: {median(short) * 1000:.1f} ms), "
+            f"parsing {median(whole) * 1000:.1f} ms"
         )
-        assert min(long) < 1.5 * min(short) + 0.002 and min(long) < min(whole) / 3, (long, short, whole)
+        assert median(long) < 2 * median(short) + 0.003 and median(long) < median(whole) / 3, (long, short, whole)
         status = service.run_status(settings, "long")
         assert status.metrics.step == 20000 and status.metrics.num_steps == 30000
         assert status.wandb_url == "https://wandb.ai/x/y/runs/z" and status.trainer_phase == "training"
